@@ -1,0 +1,1 @@
+"""The field CLI ``uds-vmctl``: thin typer commands over the image, render and controller libraries."""

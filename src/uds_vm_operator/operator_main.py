@@ -1,0 +1,37 @@
+"""Entry point of the ``uds-vm-operator`` process.
+
+Kept on argparse rather than typer/rich: the operator's cold start is a measured goal, and every import
+here is paid on each pod start. Heavy modules (kopf, lightkube) are imported only by the sub-command that
+needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from uds_vm_operator import __version__
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Describe the sub-commands; separate from ``main`` so tests can check the help text."""
+    parser = argparse.ArgumentParser(
+        prog="uds-vm-operator",
+        description="Reconcile UDSVirtualMachine and UDSVirtualMachinePool resources on KubeVirt + CDI.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("version", help="print the version")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments and dispatch; returns the process exit code."""
+    args = build_parser().parse_args(argv)
+    if args.command == "version":
+        print(f"uds-vm-operator {__version__}")
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
