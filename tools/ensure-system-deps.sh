@@ -6,6 +6,7 @@ missing=()
 command -v qemu-img >/dev/null || missing+=(qemu-utils)
 command -v openssl >/dev/null || missing+=(openssl)
 command -v sha256sum >/dev/null || missing+=(coreutils)
+command -v xorriso >/dev/null || missing+=(xorriso)  # ISO images for the image tier
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "error: missing ${missing[*]}; install them with: sudo apt-get install -y ${missing[*]}" >&2

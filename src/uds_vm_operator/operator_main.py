@@ -21,6 +21,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("version", help="print the version")
+    from uds_vm_operator.verify.command import add_verify_disk_parser  # noqa: PLC0415 (lazy: fast start)
+
+    add_verify_disk_parser(sub)
+    from uds_vm_operator.controller.run_command import add_run_parser  # noqa: PLC0415 (lazy: fast start)
+
+    add_run_parser(sub)
     return parser
 
 
@@ -30,6 +36,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "version":
         print(f"uds-vm-operator {__version__}")
         return 0
+    if args.command == "verify-disk":
+        from uds_vm_operator.verify.command import run_verify_disk  # noqa: PLC0415
+
+        return run_verify_disk(args)
+    if args.command == "run":
+        from uds_vm_operator.controller.run_command import run_from_args  # noqa: PLC0415
+
+        return run_from_args(args)
     return 2
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import typer
 
-from uds_vm_operator.cli import version
+from uds_vm_operator.cli import compliance, goldenimage, inventory, power, prep, upload, verify, version
 
 EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
@@ -28,13 +28,19 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 def _root() -> None:
     """Keep uds-vmctl a command group even while few commands are registered."""
 
 
 version.register(app)
+prep.register(app)
+inventory.register(app)
+power.register(app)
+upload.register(app)
+verify.register(app)
+compliance.register(app)
+goldenimage.register(app)
 
 
 def main() -> None:

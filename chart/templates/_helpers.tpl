@@ -1,0 +1,22 @@
+{{/* Labels shared by every object the chart renders; deploy/*.yaml carries the same set. */}}
+{{- define "uds-vm-operator.labels" -}}
+app.kubernetes.io/name: uds-vm-operator
+app.kubernetes.io/component: operator
+app.kubernetes.io/part-of: uds
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+
+{{- define "uds-vm-operator.selectorLabels" -}}
+app.kubernetes.io/name: uds-vm-operator
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* The namespaced-flavour needs at least one namespace, otherwise the operator could reach nothing. */}}
+{{- define "uds-vm-operator.checkScope" -}}
+{{- if not (has .Values.rbac.scope (list "cluster" "namespaced")) }}
+{{- fail (printf "rbac.scope must be cluster or namespaced, not %q" .Values.rbac.scope) }}
+{{- end }}
+{{- if and (eq .Values.rbac.scope "namespaced") (empty .Values.watchNamespaces) }}
+{{- fail "rbac.scope=namespaced needs watchNamespaces: set --set 'watchNamespaces={ns1,ns2}'" }}
+{{- end }}
+{{- end }}

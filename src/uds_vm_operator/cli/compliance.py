@@ -1,0 +1,140 @@
+"""``uds-vmctl compliance validate``: OSCAL assessment results for every VM, from live objects.
+
+Runs the Lula validations linked from the component definition (the packaged one, or ``--component``)
+against the cluster and writes assessment results an assessor can read next to ``lula validate`` output.
+Exit codes: 0 every control satisfied for every VM, 1 something not satisfied (or no VM found),
+2 usage error (bad flags, unreadable component definition or kubeconfig, unreachable cluster).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from uds_vm_operator.compliance.assessment import (
+    SATISFIED,
+    build_assessment_results,
+    summary,
+)
+from uds_vm_operator.compliance.component import load_component_definition
+from uds_vm_operator.compliance.errors import ComplianceError
+from uds_vm_operator.compliance.evaluate import assess, required_api_keys
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_USAGE = 2
+PACKAGED_COMPONENT_HREF = "uds-vm-operator:compliance/oscal-component.yaml"
+
+
+def _fail_usage(console: Console, message: str) -> typer.Exit:
+    console.print(f"[red]error:[/red] {message}")
+    return typer.Exit(EXIT_USAGE)
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the ``compliance`` command group to the CLI app."""
+    group = typer.Typer(
+        help="Compliance evidence (NIST SP 800-53 Rev 5) from live objects, as OSCAL.", no_args_is_help=True
+    )
+
+    @group.command("validate")
+    def validate_command(
+        kubeconfig: str | None = typer.Option(
+            None, "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG)"
+        ),
+        namespace: list[str] = typer.Option(
+            [],
+            "--namespace",
+            "-n",
+            help="Assess VMs in this namespace (repeatable). Default: all namespaces.",
+        ),
+        all_namespaces: bool = typer.Option(
+            False, "--all-namespaces", "-A", help="Assess VMs in every namespace."
+        ),
+        component: Path | None = typer.Option(
+            None,
+            "--component",
+            "-f",
+            help="OSCAL component definition (default: the one shipped with uds-vmctl).",
+        ),
+        output: Path | None = typer.Option(
+            None,
+            "--output",
+            "-o",
+            help="Write OSCAL assessment results (YAML, or JSON for a .json name) here.",
+        ),
+        as_json: bool = typer.Option(False, "--json", help="Print a JSON summary instead of a table."),
+    ) -> None:
+        """Evaluate every control for every UDSVirtualMachine and report satisfied / not-satisfied."""
+        console = Console(stderr=as_json)
+        if namespace and all_namespaces:
+            raise _fail_usage(console, "give either --namespace or --all-namespaces, not both")
+        started = datetime.now(UTC)
+        try:
+            # Imported here: lightkube is only needed once a cluster is actually contacted.
+            from uds_vm_operator.compliance.collect import collect, make_client
+
+            controls = load_component_definition(component)
+            client = make_client(kubeconfig)
+            snapshot = collect(client, required_api_keys(controls), namespace or None)
+            findings = assess(controls, snapshot)
+        except ComplianceError as exc:
+            raise _fail_usage(console, str(exc)) from None
+        finished = datetime.now(UTC)
+        control_ids = [c.control_id for c in controls]
+        if output is not None:
+            document = build_assessment_results(
+                findings,
+                control_ids=control_ids,
+                component_href=str(component) if component else PACKAGED_COMPONENT_HREF,
+                started=started,
+                finished=finished,
+            )
+            try:
+                output.parent.mkdir(parents=True, exist_ok=True)
+                text = (
+                    json.dumps(document, indent=2)
+                    if output.suffix == ".json"
+                    else yaml.safe_dump(document, sort_keys=False, width=120)
+                )
+                output.write_text(text)
+            except OSError as exc:
+                raise _fail_usage(console, f"cannot write {output}: {exc.strerror}") from None
+        rows = summary(findings)
+        ok = bool(findings) and all(f.satisfied for f in findings)
+        if as_json:
+            typer.echo(json.dumps({"satisfied": ok, "controls": control_ids, "vms": rows}, indent=2))
+        else:
+            _print_table(console, control_ids, rows)
+        if not findings:
+            console.print("no UDSVirtualMachine found: nothing was assessed")
+        elif output is not None:
+            console.print(f"assessment results written to {output}")
+        raise typer.Exit(EXIT_OK if ok else EXIT_CHECK_FAILED)
+
+    app.add_typer(group, name="compliance")
+
+
+def _print_table(console: Console, control_ids: list[str], rows: list[dict[str, object]]) -> None:
+    table = Table(title="Compliance per VM (NIST SP 800-53 Rev 5)")
+    table.add_column("VM")
+    for control_id in control_ids:
+        table.add_column(control_id.upper(), justify="center")
+    for row in rows:
+        states = row["controls"]
+        assert isinstance(states, dict)
+        cells = ["[green]✔[/green]" if states.get(c) == SATISFIED else "[red]✘[/red]" for c in control_ids]
+        table.add_row(f"{row['namespace']}/{row['name']}", *cells)
+    console.print(table)
+    for row in rows:
+        messages = row["messages"]
+        assert isinstance(messages, dict)
+        for control_id, lines in sorted(messages.items()):
+            for line in lines:
+                console.print(f"[red]{control_id}[/red] {line}")

@@ -1,0 +1,408 @@
+"""``uds-vmctl upload IMAGE --name N``: send a verified image to CDI's upload proxy.
+
+CDI checks no digest on uploads (its issue #4104), so the first check happens here, before a byte leaves
+the machine: the local file must have the digest the UDSVirtualMachine declares in
+``spec.source.upload.checksum``. Then we ask CDI for an upload token (``UploadTokenRequest``), wait until
+the DataVolume ``<name>-dv`` is ``UploadReady``, and stream the file to the proxy with a progress bar.
+The operator still verifies the bytes that landed in the PVC before the VM may run; this check only
+saves a wasted transfer.
+
+Exit codes: 0 uploaded, 1 a check or the upload failed (nothing half-done is left behind: re-running is
+always safe), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+    TransferSpeedColumn,
+)
+
+from uds_vm_operator.cli.upload_proxy import (
+    LocalDigestMismatchError,
+    ProxyTarget,
+    UploadApiUnavailableError,
+    UploadError,
+    UploadNotReadyError,
+    stream_upload,
+)
+from uds_vm_operator.verify.digest import parse_digest
+from uds_vm_operator.verify.errors import VerifyError
+from uds_vm_operator.verify.reader import hash_prefix
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+UDS_VM_PATH = "/apis/uds.dev/v1alpha1/namespaces/{namespace}/udsvirtualmachines/{name}"
+DATA_VOLUME_PATH = "/apis/cdi.kubevirt.io/v1beta1/namespaces/{namespace}/datavolumes/{name}"
+TOKEN_REQUEST_PATH = "/apis/upload.cdi.kubevirt.io/v1beta1/namespaces/{namespace}/uploadtokenrequests"
+CDI_CONFIG_PATH = "/apis/cdi.kubevirt.io/v1beta1/cdiconfigs/config"
+TOKEN_REFRESH_AFTER_S = 120.0
+"""CDI tokens are valid for 5 minutes; after a long wait for UploadReady we ask for a fresh one."""
+
+WAITING_PHASES = {"", "Pending", "PVCBound", "WaitForFirstConsumer", "PendingPopulation", "UploadScheduled"}
+
+
+class UsageError(Exception):
+    """The command line or the environment is wrong (exit 2); the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class UploadOptions:
+    """The parsed command line of ``uds-vmctl upload``."""
+
+    image: Path
+    name: str
+    namespace: str | None = None
+    kubeconfig: Path | None = None
+    uploadproxy_url: str | None = None
+    insecure: bool = False
+    ca_file: Path | None = None
+    wait_s: float = 300.0
+    poll_interval_s: float = 2.0
+
+
+class ClusterClient:
+    """JSON requests that keep the HTTP status (the token request needs 403 vs 404 vs 503 apart)."""
+
+    def __init__(self, http: Any, default_namespace: str) -> None:
+        self._http = http
+        self.default_namespace = default_namespace
+
+    @classmethod
+    def connect(cls, kubeconfig: Path | None) -> ClusterClient:
+        """Load ``kubeconfig`` (or $KUBECONFIG / ~/.kube/config / in-cluster) and build a client."""
+        # lazy: every uds-vmctl start would otherwise pay for lightkube and httpx2
+        import httpx2  # noqa: PLC0415
+        from lightkube.config import client_adapter  # noqa: PLC0415
+
+        from uds_vm_operator.controller.errors import KubeConfigError  # noqa: PLC0415
+        from uds_vm_operator.controller.kube import load_kubeconfig  # noqa: PLC0415
+
+        try:
+            single = load_kubeconfig(kubeconfig)
+            params = client_adapter.ConnectionParams(timeout=httpx2.Timeout(15.0), trust_env=False)
+            http = client_adapter.Client(single, params)
+        except KubeConfigError as exc:
+            raise UsageError(str(exc)) from exc
+        except (OSError, ValueError, AssertionError) as exc:
+            raise UsageError(f"the kubeconfig is not usable ({exc}); pass --kubeconfig PATH") from exc
+        return cls(http, getattr(single, "namespace", None) or "default")
+
+    def close(self) -> None:
+        """Release the connection pool."""
+        self._http.close()
+
+    def request(
+        self, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        """Send one request; return the status code and the decoded JSON body (``{}`` if not JSON)."""
+        import httpx2  # noqa: PLC0415
+
+        try:
+            response = self._http.request(
+                method, path, json=body, headers={"Accept": "application/json"}, params=None
+            )
+        except httpx2.TransportError as exc:
+            raise UploadError(
+                f"cannot reach the API server ({' '.join(str(exc).split())[:200]}); check the kubeconfig"
+            ) from exc
+        try:
+            decoded = response.json()
+        except ValueError:
+            decoded = {}
+        return response.status_code, decoded if isinstance(decoded, dict) else {}
+
+    def get(self, path: str, what: str) -> dict[str, Any] | None:
+        """GET an object; ``None`` when it does not exist, :class:`UploadError` on other errors."""
+        status, body = self.request("GET", path)
+        if status == 404:
+            return None
+        if status >= 400:
+            raise UploadError(f"{what}: HTTP {status} {body.get('message', '')}".rstrip())
+        return body
+
+
+def run_upload(options: UploadOptions, console: Console) -> int:
+    """Run the whole upload; return the exit code. Messages go to ``console`` (stderr)."""
+    try:
+        _check_usage(options)
+        cluster = ClusterClient.connect(options.kubeconfig)
+    except UsageError as exc:
+        console.print(f"[red]error:[/] {exc}", highlight=False)
+        return EXIT_USAGE
+    try:
+        return _upload(options, cluster, console)
+    except UsageError as exc:
+        console.print(f"[red]error:[/] {exc}", highlight=False)
+        return EXIT_USAGE
+    except UploadError as exc:
+        console.print(f"[red]error:[/] {exc}", highlight=False)
+        return EXIT_FAILED
+    finally:
+        cluster.close()
+
+
+def _check_usage(options: UploadOptions) -> None:
+    image = options.image
+    if not image.exists():
+        raise UsageError(f"image {image} does not exist")
+    if not image.is_file():
+        raise UsageError(f"image {image} is not a regular file")
+    if image.stat().st_size == 0:
+        raise UsageError(f"image {image} is empty")
+    if options.insecure and options.ca_file is not None:
+        raise UsageError("--insecure and --ca-file contradict each other; pass only one")
+    if options.ca_file is not None and not options.ca_file.is_file():
+        raise UsageError(f"CA file {options.ca_file} does not exist")
+    if options.uploadproxy_url is not None and not options.uploadproxy_url.startswith(
+        ("https://", "http://")
+    ):
+        raise UsageError(f"--uploadproxy-url {options.uploadproxy_url!r} must start with https://")
+
+
+def _upload(options: UploadOptions, cluster: ClusterClient, console: Console) -> int:
+    namespace = options.namespace or cluster.default_namespace
+    dv_name = f"{options.name}-dv"
+    vm = cluster.get(
+        UDS_VM_PATH.format(namespace=namespace, name=options.name), f"read UDSVirtualMachine {options.name}"
+    )
+    if vm is None:
+        raise UploadError(
+            f"UDSVirtualMachine {namespace}/{options.name} not found; apply it first "
+            f"(uds-vmctl prep writes {options.name}.udsvm.yaml)"
+        )
+    declared = _declared_upload_checksum(vm, namespace, options.name)
+    if declared is None:
+        console.print(
+            "[yellow]warning:[/] spec.source.upload.checksum is not set: nothing will be verified and the VM "
+            "may run from unverified bytes; run uds-vmctl prep and declare the digest",
+            highlight=False,
+        )
+    else:
+        _check_local_digest(options.image, declared, console)
+
+    token = request_upload_token(cluster, namespace, dv_name)
+    target = ProxyTarget(
+        _proxy_url(options, cluster),
+        str(options.ca_file) if options.ca_file else None,
+        options.insecure,
+    )
+    started = time.monotonic()
+    wait_until_upload_ready(
+        cluster,
+        namespace,
+        dv_name,
+        wait_s=options.wait_s,
+        poll_interval_s=options.poll_interval_s,
+        console=console,
+    )
+    if time.monotonic() - started > TOKEN_REFRESH_AFTER_S:
+        token = request_upload_token(cluster, namespace, dv_name)
+
+    size = options.image.stat().st_size
+    with _progress(console) as progress:
+        task = progress.add_task(f"upload {options.image.name}", total=size)
+        sent = stream_upload(target, token, options.image, on_progress=lambda n: progress.advance(task, n))
+    console.print(
+        f"uploaded {sent} bytes to {namespace}/{dv_name}; the operator now verifies the disk before the VM "
+        f"may run (check with: uds-vmctl verify {options.name} -n {namespace})",
+        highlight=False,
+    )
+    return EXIT_OK
+
+
+def _declared_upload_checksum(vm: dict[str, Any], namespace: str, name: str) -> str | None:
+    source = (vm.get("spec") or {}).get("source") or {}
+    if "upload" not in source:
+        kinds = ", ".join(sorted(source)) or "none"
+        raise UploadError(
+            f"UDSVirtualMachine {namespace}/{name} does not take an upload (spec.source is {kinds}); "
+            "set spec.source.upload to upload an image"
+        )
+    checksum = (source.get("upload") or {}).get("checksum")
+    return checksum if isinstance(checksum, str) and checksum else None
+
+
+def _check_local_digest(image: Path, declared: str, console: Console) -> None:
+    try:
+        want = parse_digest(declared)
+    except VerifyError as exc:
+        raise UploadError(f"spec.source.upload.checksum: {exc}") from exc
+    size = image.stat().st_size
+    with _progress(console) as progress:
+        task = progress.add_task(f"{want.algorithm} {image.name}", total=size)
+        try:
+            got = hash_prefix(
+                str(image), size, want.algorithm, on_progress=lambda n: progress.advance(task, n)
+            )
+        except VerifyError as exc:
+            raise UsageError(str(exc)) from exc
+    if got.digest != want:
+        raise LocalDigestMismatchError(
+            f"{image} has digest {got.digest} but the UDSVirtualMachine declares {want}; nothing was sent. "
+            "Use the image that uds-vmctl prep recorded, or correct spec.source.upload.checksum"
+        )
+    console.print(f"local digest matches the declared {want}", highlight=False)
+
+
+def request_upload_token(cluster: ClusterClient, namespace: str, pvc_name: str) -> str:
+    """Ask CDI for an upload token for ``pvc_name`` (``UploadTokenRequest``, valid 5 minutes)."""
+    body = {
+        "apiVersion": "upload.cdi.kubevirt.io/v1beta1",
+        "kind": "UploadTokenRequest",
+        "metadata": {"name": f"{pvc_name}-upload", "namespace": namespace},
+        "spec": {"pvcName": pvc_name},
+    }
+    status, answer = cluster.request("POST", TOKEN_REQUEST_PATH.format(namespace=namespace), body)
+    if status in (404, 503):
+        raise UploadApiUnavailableError(
+            f"CDI upload API not available (HTTP {status} for upload.cdi.kubevirt.io/v1beta1 "
+            "UploadTokenRequest): install CDI, or check that the cdi-apiserver pod is running"
+        )
+    if status in (401, 403):
+        raise UploadError(
+            f"not allowed to request an upload token in namespace {namespace} (HTTP {status}); ask for RBAC "
+            "'create' on uploadtokenrequests.upload.cdi.kubevirt.io"
+        )
+    if status >= 400:
+        raise UploadError(
+            f"the upload token request failed: HTTP {status} {answer.get('message', '')}".rstrip()
+        )
+    token = (answer.get("status") or {}).get("token")
+    if not isinstance(token, str) or not token:
+        raise UploadApiUnavailableError(
+            "CDI returned no upload token; check the cdi-apiserver logs, then re-run"
+        )
+    return token
+
+
+def wait_until_upload_ready(
+    cluster: ClusterClient,
+    namespace: str,
+    dv_name: str,
+    *,
+    wait_s: float,
+    poll_interval_s: float,
+    console: Console,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Poll the DataVolume until it is ``UploadReady``; raise :class:`UploadNotReadyError` otherwise."""
+    deadline = clock() + wait_s
+    phase: str | None = None
+    announced = False
+    while True:
+        dv = cluster.get(
+            DATA_VOLUME_PATH.format(namespace=namespace, name=dv_name), f"read DataVolume {dv_name}"
+        )
+        if dv is not None:
+            if "upload" not in ((dv.get("spec") or {}).get("source") or {}):
+                raise UploadNotReadyError(f"DataVolume {namespace}/{dv_name} is not an upload target")
+            phase = str((dv.get("status") or {}).get("phase") or "")
+            if phase == "UploadReady":
+                return
+            if phase == "Succeeded":
+                raise UploadNotReadyError(
+                    f"DataVolume {namespace}/{dv_name} already holds an uploaded image (phase Succeeded); to "
+                    "replace it, delete the DataVolume (the operator re-creates it) and upload again"
+                )
+            if phase == "Failed" or phase not in WAITING_PHASES:
+                raise UploadNotReadyError(
+                    f"DataVolume {namespace}/{dv_name} is not ready for upload (phase {phase}); see "
+                    f"kubectl describe datavolume {dv_name} -n {namespace}"
+                )
+        if clock() >= deadline:
+            state = f"phase {phase or 'unset'}" if dv is not None else "it does not exist yet"
+            raise UploadNotReadyError(
+                f"DataVolume {namespace}/{dv_name} is not ready for upload after {wait_s:.0f} s ({state}); "
+                "check that the operator and CDI are running, or raise --wait-secs"
+            )
+        if not announced:
+            console.print(
+                f"waiting for DataVolume {namespace}/{dv_name} to be UploadReady ...", highlight=False
+            )
+            announced = True
+        sleep(poll_interval_s)
+
+
+def _proxy_url(options: UploadOptions, cluster: ClusterClient) -> str:
+    if options.uploadproxy_url:
+        return options.uploadproxy_url
+    config = cluster.get(CDI_CONFIG_PATH, "read CDIConfig config")
+    url = ((config or {}).get("status") or {}).get("uploadProxyURL")
+    if isinstance(url, str) and url:
+        return url if url.startswith(("https://", "http://")) else f"https://{url}"
+    raise UsageError(
+        "the cluster does not publish an upload proxy URL (CDIConfig status.uploadProxyURL); pass "
+        "--uploadproxy-url, e.g. after kubectl port-forward -n cdi service/cdi-uploadproxy 18443:443"
+    )
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Attach the ``upload`` command to the CLI app."""
+
+    @app.command("upload")
+    def upload_command(
+        image: Annotated[Path, typer.Argument(help="The disk image file to upload (as prepared by prep).")],
+        *,
+        name: Annotated[str, typer.Option("--name", help="The UDSVirtualMachine that receives the image.")],
+        namespace: Annotated[
+            str | None, typer.Option("-n", "--namespace", help="Its namespace (default: the kubeconfig's).")
+        ] = None,
+        kubeconfig: Annotated[
+            Path | None, typer.Option("--kubeconfig", help="Kubeconfig file to use.")
+        ] = None,
+        uploadproxy_url: Annotated[
+            str | None,
+            typer.Option("--uploadproxy-url", help="Base URL of cdi-uploadproxy (default: CDIConfig's)."),
+        ] = None,
+        insecure: Annotated[
+            bool,
+            typer.Option("--insecure", help="Do not verify the proxy's TLS certificate (not recommended)."),
+        ] = False,
+        ca_file: Annotated[
+            Path | None, typer.Option("--ca-file", help="PEM CA bundle to verify the upload proxy with.")
+        ] = None,
+        wait_secs: Annotated[
+            int,
+            typer.Option("--wait-secs", min=0, help="How long to wait for the DataVolume to be UploadReady."),
+        ] = 300,
+    ) -> None:
+        """Check IMAGE against the declared digest, then stream it to CDI's upload proxy."""
+        options = UploadOptions(
+            image=image,
+            name=name,
+            namespace=namespace,
+            kubeconfig=kubeconfig,
+            uploadproxy_url=uploadproxy_url,
+            insecure=insecure,
+            ca_file=ca_file,
+            wait_s=float(wait_secs),
+        )
+        raise typer.Exit(run_upload(options, Console(stderr=True, soft_wrap=True)))

@@ -1,0 +1,94 @@
+"""kopf wiring: watches feed the object store and enqueue reconciles; nothing else happens in handlers.
+
+Only ``kopf.on.event`` handlers are registered. They keep no progress or diff-base state, so kopf never
+writes annotations, finalizers or status of its own onto our objects — a resync of unchanged objects
+makes zero write requests. Level-triggered reconciling, retries and concurrency live in
+:class:`~uds_vm_operator.controller.reconciler.Reconciler` instead of kopf's change-detection handlers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from uds_vm_operator import MANAGED_BY_LABEL
+from uds_vm_operator.controller import kube
+from uds_vm_operator.controller.reconciler import Reconciler
+from uds_vm_operator.controller.store import ObjectStore
+
+VM_LABEL = "uds.dev/vm"
+MANAGED_BY_SELECTOR = ",".join(f"{key}={value}" for key, value in MANAGED_BY_LABEL.items())
+
+CHILD_KINDS = (
+    kube.DATA_VOLUME,
+    kube.VIRTUAL_MACHINE,
+    kube.VIRTUAL_MACHINE_INSTANCE,
+    kube.SECRET,
+    kube.PVC,
+    kube.NETWORK_POLICY,
+)
+"""Kinds watched (server-side filtered to our label) so their changes re-trigger the owning VM."""
+
+
+def watched_kinds() -> set[tuple[str, str]]:
+    """The (apiVersion, kind) pairs the store is kept current for by watches."""
+    return {(k.api_version, k.kind) for k in (kube.UDS_VM, *CHILD_KINDS)}
+
+
+def owner_name_of(child: Mapping[str, Any]) -> str | None:
+    """Name of the UDSVirtualMachine a child belongs to: its label, else its controller reference."""
+    meta = child.get("metadata") or {}
+    name = (meta.get("labels") or {}).get(VM_LABEL)
+    if name:
+        return str(name)
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == kube.UDS_VM.kind and ref.get("controller"):
+            return str(ref.get("name"))
+    return None
+
+
+def configure_settings(settings: kopf.OperatorSettings, *, max_workers: int) -> None:
+    """Settings that keep kopf quiet on the API: no posted log Events, server-side label filters."""
+    settings.posting.enabled = False
+    settings.execution.max_workers = max_workers
+    for kind in CHILD_KINDS:
+        settings.watching.label_selectors[(kind.api_version, kind.plural)] = MANAGED_BY_SELECTOR
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 30
+
+
+def build_registry(reconciler: Reconciler, store: ObjectStore) -> kopf.OperatorRegistry:
+    """Register the watch handlers on a fresh registry (no global state, testable)."""
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.event(kube.UDS_VM.api_version, kube.UDS_VM.plural, registry=registry)
+    async def on_vm_event(event: Mapping[str, Any], **_: Any) -> None:
+        obj = event.get("object") or {}
+        meta = obj.get("metadata") or {}
+        if event.get("type") == "DELETED":
+            store.discard(kube.UDS_VM, obj)
+        else:
+            store.put(kube.UDS_VM, obj)
+        reconciler.enqueue(str(meta.get("namespace")), str(meta.get("name")))
+
+    for kind in CHILD_KINDS:
+        _register_child(registry, reconciler, store, kind)
+    return registry
+
+
+def _register_child(
+    registry: kopf.OperatorRegistry, reconciler: Reconciler, store: ObjectStore, kind: kube.Kind
+) -> None:
+    @kopf.on.event(kind.api_version, kind.plural, registry=registry, id=f"child-{kind.plural}")
+    async def on_child_event(event: Mapping[str, Any], **_: Any) -> None:
+        obj = event.get("object") or {}
+        if event.get("type") == "DELETED":
+            store.discard(kind, obj)
+        else:
+            store.put(kind, obj)
+        owner = owner_name_of(obj)
+        if owner:
+            reconciler.enqueue(str((obj.get("metadata") or {}).get("namespace")), owner)

@@ -1,0 +1,253 @@
+"""The controller's only door to the API server: typed-by-kind JSON requests over lightkube's client.
+
+lightkube loads the kubeconfig (or in-cluster service account) and builds the authenticated HTTP client;
+requests are plain JSON dicts, because everything we send is already a rendered manifest. Two request
+parameters matter for correctness and are always set here: ``fieldManager`` (one owner for every field
+we write) and ``fieldValidation=Strict`` (an unknown field is an error, never a silent prune).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from uds_vm_operator import FIELD_MANAGER
+from uds_vm_operator.controller.errors import KubeApiError, KubeConfigError, KubeUnreachableError
+
+APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
+MERGE_CONTENT_TYPE = "application/merge-patch+json"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """Where a kind lives in the API: enough to build its URL."""
+
+    api_version: str
+    kind: str
+    plural: str
+    namespaced: bool = True
+
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
+    ) -> str:
+        """Return the REST path; ``namespace=None`` on a namespaced kind means all namespaces."""
+        prefix = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        parts = [prefix]
+        if self.namespaced and namespace is not None:
+            parts.append(f"namespaces/{namespace}")
+        parts.append(self.plural)
+        if name is not None:
+            parts.append(name)
+        if subresource is not None:
+            parts.append(subresource)
+        return "/".join(parts)
+
+
+UDS_VM = Kind("uds.dev/v1alpha1", "UDSVirtualMachine", "udsvirtualmachines")
+DATA_VOLUME = Kind("cdi.kubevirt.io/v1beta1", "DataVolume", "datavolumes")
+VIRTUAL_MACHINE = Kind("kubevirt.io/v1", "VirtualMachine", "virtualmachines")
+VIRTUAL_MACHINE_INSTANCE = Kind("kubevirt.io/v1", "VirtualMachineInstance", "virtualmachineinstances")
+SECRET = Kind("v1", "Secret", "secrets")
+PVC = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
+SERVICE = Kind("v1", "Service", "services")
+NETWORK_POLICY = Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies")
+HTTP_ROUTE = Kind("gateway.networking.k8s.io/v1", "HTTPRoute", "httproutes")
+EVENT = Kind("events.k8s.io/v1", "Event", "events")
+CRD = Kind(
+    "apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", namespaced=False
+)
+
+KINDS = {
+    (k.api_version, k.kind): k
+    for k in (
+        UDS_VM,
+        DATA_VOLUME,
+        VIRTUAL_MACHINE,
+        VIRTUAL_MACHINE_INSTANCE,
+        SECRET,
+        PVC,
+        SERVICE,
+        NETWORK_POLICY,
+        HTTP_ROUTE,
+        EVENT,
+        CRD,
+    )
+}
+
+
+def kind_of(manifest: Mapping[str, Any]) -> Kind:
+    """Look up the :class:`Kind` of a manifest; an unknown kind is a programming error."""
+    key = (str(manifest.get("apiVersion")), str(manifest.get("kind")))
+    if key not in KINDS:
+        raise KeyError(f"no API path known for {key[0]} {key[1]}; add it to controller.kube.KINDS")
+    return KINDS[key]
+
+
+def load_kubeconfig(path: str | Path | None) -> Any:
+    """Return lightkube's SingleConfig for ``path``, or the in-cluster / $KUBECONFIG / ~/.kube default."""
+    from lightkube.config.kubeconfig import KubeConfig  # noqa: PLC0415 (lazy: keeps start-up fast)
+    from lightkube.core.exceptions import ConfigError  # noqa: PLC0415 (lazy: keeps start-up fast)
+
+    try:
+        config = KubeConfig.from_file(path) if path else KubeConfig.from_env()
+        single = config.get()
+    except (ConfigError, OSError, ValueError, KeyError) as exc:
+        where = str(path) if path else "the in-cluster service account, $KUBECONFIG or ~/.kube/config"
+        raise KubeConfigError(
+            f"cannot load a kubeconfig from {where} ({exc}); pass --kubeconfig PATH or set KUBECONFIG"
+        ) from exc
+    if single is None:
+        raise KubeConfigError(f"the kubeconfig {path} has no current context; set current-context in it")
+    return single
+
+
+class KubeApi:
+    """Async JSON access to the API server, with the error handling the reconciler relies on."""
+
+    def __init__(self, http: Any, field_manager: str = FIELD_MANAGER) -> None:
+        self._http = http
+        self.field_manager = field_manager
+
+    @classmethod
+    def from_kubeconfig(cls, path: str | Path | None, *, timeout_s: float = 10.0) -> KubeApi:
+        """Build a client from a kubeconfig (see :func:`load_kubeconfig`)."""
+        import httpx2  # noqa: PLC0415 (lazy: keeps start-up fast)
+        from lightkube.config import client_adapter  # noqa: PLC0415 (lazy: keeps start-up fast)
+
+        params = client_adapter.ConnectionParams(timeout=httpx2.Timeout(timeout_s))
+        return cls(client_adapter.AsyncClient(load_kubeconfig(path), params))
+
+    async def close(self) -> None:
+        """Release the connection pool."""
+        await self._http.aclose()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Mapping[str, Any] | None = None,
+        params: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+        what: str,
+    ) -> dict[str, Any] | None:
+        """Send one request; return the decoded body, ``None`` on 404, raise on other errors."""
+        import httpx2  # noqa: PLC0415 (lazy: keeps start-up fast)
+
+        headers = {"Accept": "application/json"}
+        content = None
+        if body is not None:
+            content = json.dumps(body).encode()
+            headers["Content-Type"] = content_type
+        try:
+            response = await self._http.request(method, path, content=content, params=params, headers=headers)
+        except httpx2.TransportError as exc:
+            raise KubeUnreachableError(
+                f"{what}: the API server is unreachable ({exc}); check the kubeconfig server URL"
+            ) from exc
+        if response.status_code == 404 and method in ("GET", "DELETE"):
+            return None
+        if response.status_code >= 400:
+            reason, message = _error_of(response)
+            raise KubeApiError(response.status_code, reason, message, what=what)
+        if not response.content:
+            return {}
+        decoded: dict[str, Any] = response.json()
+        return decoded
+
+    async def get(self, kind: Kind, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """Return the object, or ``None`` when it does not exist."""
+        return await self.request(
+            "GET", kind.path(namespace, name), what=f"get {kind.kind} {namespace}/{name}"
+        )
+
+    async def list(
+        self, kind: Kind, namespace: str | None = None, label_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """List objects (all namespaces when ``namespace`` is None), following pagination."""
+        items: list[dict[str, Any]] = []
+        params: dict[str, str] = {"limit": "500"}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        while True:
+            page = await self.request("GET", kind.path(namespace), params=params, what=f"list {kind.plural}")
+            page = page or {}
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+            params["continue"] = token
+
+    async def apply(self, manifest: Mapping[str, Any], *, force: bool = True) -> dict[str, Any]:
+        """Server-side apply ``manifest`` under our field manager with Strict field validation."""
+        kind = kind_of(manifest)
+        meta = manifest["metadata"]
+        what = f"apply {kind.kind} {meta.get('namespace')}/{meta['name']}"
+        result = await self.request(
+            "PATCH",
+            kind.path(meta.get("namespace"), meta["name"]),
+            body=manifest,
+            content_type=APPLY_CONTENT_TYPE,
+            params={
+                "fieldManager": self.field_manager,
+                "force": "true" if force else "false",
+                "fieldValidation": "Strict",
+            },
+            what=what,
+        )
+        return result or {}
+
+    async def create(self, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        """Create an object (Events); Strict validation as everywhere else."""
+        kind = kind_of(manifest)
+        namespace = manifest["metadata"].get("namespace")
+        result = await self.request(
+            "POST",
+            kind.path(namespace),
+            body=manifest,
+            params={"fieldManager": self.field_manager, "fieldValidation": "Strict"},
+            what=f"create {kind.kind} in {namespace}",
+        )
+        return result or {}
+
+    async def merge_patch(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        name: str,
+        patch: Mapping[str, Any],
+        *,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """JSON merge patch (used for status, where we own the whole object)."""
+        result = await self.request(
+            "PATCH",
+            kind.path(namespace, name, subresource),
+            body=patch,
+            content_type=MERGE_CONTENT_TYPE,
+            params={"fieldManager": self.field_manager, "fieldValidation": "Strict"},
+            what=f"patch {kind.kind} {namespace}/{name}{'/' + subresource if subresource else ''}",
+        )
+        return result or {}
+
+    async def delete(self, kind: Kind, namespace: str | None, name: str, *, uid: str | None = None) -> None:
+        """Delete in the background; with ``uid`` only that exact incarnation (never a newer one)."""
+        body: dict[str, Any] = {"propagationPolicy": "Background"}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        await self.request(
+            "DELETE", kind.path(namespace, name), body=body, what=f"delete {kind.kind} {namespace}/{name}"
+        )
+
+
+def _error_of(response: Any) -> tuple[str, str]:
+    try:
+        payload = response.json()
+    except ValueError:
+        return response.reason_phrase or "Error", response.text[:500]
+    if isinstance(payload, dict):
+        return str(payload.get("reason") or response.reason_phrase), str(payload.get("message") or payload)
+    return str(response.reason_phrase), str(payload)[:500]

@@ -1,0 +1,539 @@
+"""The UDSVirtualMachinePool controller: read the pool and its members, plan, act, report.
+
+Level-triggered like the VM controller: watch events of a pool and of its members only *enqueue* the
+pool's key; a reconcile reads the pool and lists its members fresh from the API server (a rollout must
+never act on a stale belief about which member is Ready), asks the pure planner (``fleet/planner.py``)
+what to do, creates or deletes members, and writes status only when it changed.
+
+* Members are UDSVirtualMachines ``<pool>-<ordinal>``, labelled ``uds.dev/pool`` and
+  ``uds.dev/pool-revision``, owned by the pool. Readiness is read from the member's own status only.
+* Members are deleted with ``propagationPolicy: Foreground``: the member stays (with a deletion timestamp)
+  until the garbage collector has removed its children, so a returning ordinal never meets the half-
+  deleted children of its predecessor. ``Retain`` data disks have no ownerReference and survive; the VM
+  controller re-attaches them by name when the ordinal comes back.
+* The template of every revision is kept in an ``apps/v1`` ControllerRevision ``<pool>-<revision>``
+  (as StatefulSets do), so ``rollbackOnFailure`` can recreate members of the previous revision.
+* A member that stays un-Ready changes nothing in the cluster, so the controller schedules its own
+  re-check for the moment the progress deadline would pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from uds_vm_operator.api import SpecError
+from uds_vm_operator.api.pool import parse_pool_spec, validate_pool_name
+from uds_vm_operator.controller import kube
+from uds_vm_operator.controller.errors import ControllerError, KubeApiError
+from uds_vm_operator.controller.events import build_event
+from uds_vm_operator.fleet import (
+    POOL_LABEL,
+    CreateMember,
+    DeleteMember,
+    HaltRollout,
+    MemberView,
+    PoolRef,
+    Rollback,
+    member_view,
+    parameters_of,
+    plan_rollout,
+    pool_status,
+    render_member,
+    resolve_revisions,
+    revision_hash,
+    seconds_until_next_deadline,
+)
+from uds_vm_operator.fleet.status import Revisions, condition, count_members, merge_conditions
+from uds_vm_operator.metrics import POOL_STATES, OperatorMetrics
+
+log = logging.getLogger("uds_vm_operator.pool")
+
+POOL = kube.Kind("uds.dev/v1alpha1", "UDSVirtualMachinePool", "udsvirtualmachinepools")
+CONTROLLER_REVISION = kube.Kind("apps/v1", "ControllerRevision", "controllerrevisions")
+
+Key = tuple[str, str]  # (namespace, pool name)
+MAX_BACKOFF_S = 60.0
+DEADLINE_SLACK_S = 1.0
+"""Re-check this long after a deadline, so the member is certainly past it when we look."""
+
+
+def utc_now() -> datetime:
+    """Current time; a seam so tests can pin it."""
+    return datetime.now(UTC)
+
+
+@dataclass
+class PoolOutcome:
+    """What one reconcile did (tests read it)."""
+
+    created: int = 0
+    deleted: int = 0
+    status_written: bool = False
+    halted: bool = False
+    rolled_back: bool = False
+
+
+class PoolTemplateMissingError(ControllerError):
+    """The ControllerRevision holding a revision's template is gone, so the pool cannot return to it."""
+
+    retryable = False
+
+
+class PoolController:
+    """Work queue + reconcile of UDSVirtualMachinePools (one reconcile per pool at a time)."""
+
+    def __init__(
+        self,
+        api: kube.KubeApi,
+        metrics: OperatorMetrics,
+        *,
+        workers: int = 2,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self.api = api
+        self.metrics = metrics
+        self.workers = max(1, workers)
+        self.clock = clock
+        self._queue: asyncio.Queue[Key] = asyncio.Queue()
+        self._queued: set[Key] = set()
+        self._processing: set[Key] = set()
+        self._dirty: set[Key] = set()
+        self._failures: dict[Key, int] = {}
+        self._wakeups: dict[Key, asyncio.TimerHandle] = {}
+
+    # ------------------------------------------------------------------------------------------ wiring
+
+    def register(self, registry: Any) -> None:
+        """Add the pool's watch handlers to a kopf registry (``kopf.on.event`` only: kopf writes nothing)."""
+        import kopf  # noqa: PLC0415 (kopf only loads with the operator process)
+
+        @kopf.on.event(POOL.api_version, POOL.plural, registry=registry, id="pool-events")
+        async def on_pool_event(event: Mapping[str, Any], **_: Any) -> None:
+            meta = (event.get("object") or {}).get("metadata") or {}
+            namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+            if event.get("type") == "DELETED":
+                self.forget(namespace, name)
+                return
+            self.enqueue(namespace, name)
+
+        @kopf.on.event(
+            kube.UDS_VM.api_version,
+            kube.UDS_VM.plural,
+            registry=registry,
+            id="pool-member-events",
+            labels={POOL_LABEL: kopf.PRESENT},
+        )
+        async def on_member_event(event: Mapping[str, Any], **_: Any) -> None:
+            meta = (event.get("object") or {}).get("metadata") or {}
+            pool = (meta.get("labels") or {}).get(POOL_LABEL)
+            if pool:
+                self.enqueue(str(meta.get("namespace")), str(pool))
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop a deleted pool's metric series and pending re-check (its members go with the GC)."""
+        key = (namespace, name)
+        handle = self._wakeups.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+        for state in POOL_STATES:
+            with contextlib.suppress(KeyError):
+                self.metrics.pool_replicas.remove(name, namespace, state)
+
+    # ------------------------------------------------------------------------------------------- queue
+
+    def enqueue(self, namespace: str, name: str) -> None:
+        """Ask for a reconcile of one pool; duplicates collapse, a running reconcile runs again after."""
+        key = (namespace, name)
+        if key in self._queued:
+            return
+        if key in self._processing:
+            self._dirty.add(key)
+            return
+        self._queued.add(key)
+        self._queue.put_nowait(key)
+
+    def enqueue_after(self, namespace: str, name: str, delay_s: float) -> None:
+        """Reconcile again in ``delay_s`` (keeps only the earliest pending wake-up per pool)."""
+        key = (namespace, name)
+        loop = asyncio.get_running_loop()
+        when = loop.time() + delay_s
+        current = self._wakeups.get(key)
+        if current is not None and not current.cancelled() and current.when() <= when:
+            return
+        if current is not None:
+            current.cancel()
+        self._wakeups[key] = loop.call_at(when, self._wake, key)
+
+    def _wake(self, key: Key) -> None:
+        self._wakeups.pop(key, None)
+        self.enqueue(*key)
+
+    def idle(self) -> bool:
+        """True when nothing is queued or running."""
+        return not self._queued and not self._processing
+
+    async def run(self) -> None:
+        """Run the workers until cancelled."""
+        tasks = [asyncio.create_task(self._worker(), name=f"pool-worker-{i}") for i in range(self.workers)]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for handle in self._wakeups.values():
+                handle.cancel()
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self._queue.get()
+            self._queued.discard(key)
+            self._processing.add(key)
+            try:
+                await self._reconcile_with_retry(key)
+            finally:
+                self._processing.discard(key)
+                if key in self._dirty:
+                    self._dirty.discard(key)
+                    self.enqueue(*key)
+
+    async def _reconcile_with_retry(self, key: Key) -> None:
+        try:
+            await self.reconcile(*key)
+        except Exception as exc:  # one pool must never stop the others
+            retryable = getattr(exc, "retryable", True) if isinstance(exc, ControllerError) else True
+            attempts = self._failures.get(key, 0) + 1
+            self._failures[key] = attempts
+            delay = min(MAX_BACKOFF_S, 0.5 * 2 ** (attempts - 1)) if retryable else MAX_BACKOFF_S
+            log.warning(
+                "pool reconcile failed",
+                extra={"pool": f"{key[0]}/{key[1]}", "error": str(exc), "retry_in_s": delay},
+                exc_info=not isinstance(exc, ControllerError),
+            )
+            self.enqueue_after(*key, delay)
+        else:
+            self._failures.pop(key, None)
+
+    # --------------------------------------------------------------------------------------- reconcile
+
+    async def reconcile(self, namespace: str, name: str) -> PoolOutcome:
+        """Bring one pool's members one step closer to its spec and publish what was observed."""
+        outcome = PoolOutcome()
+        pool = await self.api.get(POOL, namespace, name)
+        if pool is None or (pool.get("metadata") or {}).get("deletionTimestamp"):
+            self.forget(namespace, name)
+            return outcome
+        meta = pool["metadata"]
+        generation = int(meta.get("generation") or 0)
+        previous = dict(pool.get("status") or {})
+        try:
+            validate_pool_name(name)
+            spec = parse_pool_spec(pool.get("spec") or {})
+        except SpecError as exc:
+            await self._report_invalid(pool, previous, exc.message, generation, outcome)
+            return outcome
+
+        now = self.clock()
+        params = parameters_of(spec)
+        raw_template: Mapping[str, Any] = (pool.get("spec") or {}).get("template") or {}
+        template_revision = revision_hash(raw_template)
+        revisions = resolve_revisions(template_revision, previous)
+        if template_revision != previous.get("updateRevision"):
+            await self._record_revision(pool, template_revision, raw_template)
+
+        members = await self._members(namespace, name)
+        actions = plan_rollout(
+            params, members, target_revision=revisions.target, previous_revision=revisions.current, now=now
+        )
+        halt = next((a for a in actions if isinstance(a, HaltRollout)), None)
+        rollback = next((a for a in actions if isinstance(a, Rollback)), None)
+        if rollback is not None:
+            # Remember the failed revision and plan again towards the previous one, in this reconcile.
+            revisions = Revisions(
+                template=template_revision,
+                target=rollback.to_revision,
+                current=revisions.current,
+                failed=rollback.from_revision,
+            )
+            outcome.rolled_back = True
+            await self._emit(
+                pool,
+                "Warning",
+                "RolledBack",
+                f"revision {rollback.from_revision} stalled ({halt.message if halt else 'deadline'}); "
+                f"returning every member to revision {rollback.to_revision}",
+            )
+            actions = plan_rollout(
+                params, members, target_revision=revisions.target, previous_revision=None, now=now
+            )
+            halt = next((a for a in actions if isinstance(a, HaltRollout)), None)
+        outcome.halted = halt is not None
+
+        target_template = raw_template
+        if revisions.target != template_revision and any(isinstance(a, CreateMember) for a in actions):
+            target_template = await self._template_of(pool, revisions.target)
+        ref = PoolRef(name=name, namespace=namespace, uid=str(meta.get("uid")))
+        for action in actions:
+            if isinstance(action, CreateMember):
+                outcome.created += await self._create_member(pool, ref, target_template, action)
+            elif isinstance(action, DeleteMember):
+                outcome.deleted += await self._delete_member(pool, members, action)
+
+        status = pool_status(
+            pool_name=name,
+            params=params,
+            members=members,
+            revisions=revisions,
+            halt=halt,
+            previous=previous,
+            generation=generation,
+            now=now,
+        )
+        await self._publish(pool, previous, status, halt, outcome)
+        self._record_metrics(namespace, name, params.replicas, members, revisions.target)
+        wait_s = seconds_until_next_deadline(params, members, target_revision=revisions.target, now=now)
+        if wait_s is not None:
+            self.enqueue_after(namespace, name, wait_s + DEADLINE_SLACK_S)
+        return outcome
+
+    async def _members(self, namespace: str, pool: str) -> list[MemberView]:
+        objects = await self.api.list(kube.UDS_VM, namespace, label_selector=f"{POOL_LABEL}={pool}")
+        views = [member_view(pool, obj) for obj in objects]
+        return sorted((view for view in views if view is not None), key=lambda view: view.ordinal)
+
+    async def _create_member(
+        self, pool: Mapping[str, Any], ref: PoolRef, template: Mapping[str, Any], action: CreateMember
+    ) -> int:
+        manifest = render_member(ref, template, ordinal=action.ordinal, revision=action.revision)
+        try:
+            await self.api.create(manifest)
+        except KubeApiError as exc:
+            if exc.code == 409:  # a previous reconcile created it, or its predecessor is still going away
+                return 0
+            raise
+        log.info(
+            "pool member created",
+            extra={
+                "pool": f"{ref.namespace}/{ref.name}",
+                "member": manifest["metadata"]["name"],
+                "revision": action.revision,
+                "reason": action.reason,
+            },
+        )
+        await self._emit(
+            pool,
+            "Normal",
+            "MemberCreated",
+            f"created {manifest['metadata']['name']} (revision {action.revision}, {action.reason})",
+        )
+        return 1
+
+    async def _delete_member(
+        self, pool: Mapping[str, Any], members: Sequence[MemberView], action: DeleteMember
+    ) -> int:
+        meta = pool["metadata"]
+        uid = await self._member_uid(meta["namespace"], action.name)
+        if uid is None:
+            return 0
+        body = {"propagationPolicy": "Foreground", "preconditions": {"uid": uid}}
+        try:
+            result = await self.api.request(
+                "DELETE",
+                kube.UDS_VM.path(meta["namespace"], action.name),
+                body=body,
+                what=f"delete pool member {meta['namespace']}/{action.name}",
+            )
+        except KubeApiError as exc:
+            if exc.code == 409:  # the name now belongs to a newer member: leave it alone
+                return 0
+            raise
+        if result is None:
+            return 0
+        log.info(
+            "pool member deleted",
+            extra={
+                "pool": f"{meta['namespace']}/{meta['name']}",
+                "member": action.name,
+                "revision": action.revision,
+                "reason": action.reason,
+            },
+        )
+        await self._emit(
+            pool,
+            "Normal",
+            "MemberDeleted",
+            f"deleting {action.name} (revision {action.revision}, {action.reason})",
+        )
+        return 1
+
+    async def _member_uid(self, namespace: str, name: str) -> str | None:
+        obj = await self.api.get(kube.UDS_VM, namespace, name)
+        if obj is None:
+            return None
+        uid = (obj.get("metadata") or {}).get("uid")
+        return str(uid) if uid else None
+
+    # -------------------------------------------------------------------------------------- revisions
+
+    async def _record_revision(
+        self, pool: Mapping[str, Any], revision: str, template: Mapping[str, Any]
+    ) -> None:
+        """Keep the template of ``revision`` in a ControllerRevision so a rollback can return to it."""
+        meta = pool["metadata"]
+        existing = await self.api.list(
+            CONTROLLER_REVISION, meta["namespace"], label_selector=f"{POOL_LABEL}={meta['name']}"
+        )
+        names = {(item.get("metadata") or {}).get("name") for item in existing}
+        name = _revision_object_name(meta["name"], revision)
+        if name in names:
+            return
+        number = 1 + max((int(item.get("revision") or 0) for item in existing), default=0)
+        manifest = {
+            "apiVersion": CONTROLLER_REVISION.api_version,
+            "kind": CONTROLLER_REVISION.kind,
+            "metadata": {
+                "name": name,
+                "namespace": meta["namespace"],
+                "labels": {POOL_LABEL: meta["name"], "uds.dev/pool-revision": revision},
+                "ownerReferences": [
+                    PoolRef(
+                        name=meta["name"], namespace=meta["namespace"], uid=str(meta["uid"])
+                    ).owner_reference()
+                ],
+            },
+            "data": dict(template),
+            "revision": number,
+        }
+        try:
+            await self.api.request(
+                "POST",
+                CONTROLLER_REVISION.path(meta["namespace"]),
+                body=manifest,
+                params={"fieldManager": self.api.field_manager, "fieldValidation": "Strict"},
+                what=f"create ControllerRevision {meta['namespace']}/{name}",
+            )
+        except KubeApiError as exc:
+            if exc.code != 409:
+                raise
+
+    async def _template_of(self, pool: Mapping[str, Any], revision: str) -> Mapping[str, Any]:
+        meta = pool["metadata"]
+        name = _revision_object_name(meta["name"], revision)
+        stored = await self.api.get(CONTROLLER_REVISION, meta["namespace"], name)
+        if stored is None or not isinstance(stored.get("data"), Mapping):
+            raise PoolTemplateMissingError(
+                f"ControllerRevision {meta['namespace']}/{name} with the template of revision {revision} is "
+                "missing, so the pool cannot roll back to it; change spec.template to roll forward instead"
+            )
+        data: Mapping[str, Any] = stored["data"]
+        return data
+
+    # ------------------------------------------------------------------------------------ publication
+
+    async def _publish(
+        self,
+        pool: Mapping[str, Any],
+        previous: Mapping[str, Any],
+        status: Mapping[str, Any],
+        halt: HaltRollout | None,
+        outcome: PoolOutcome,
+    ) -> None:
+        if _without_nulls(status) != _without_nulls(previous):
+            meta = pool["metadata"]
+            patch = {key: status.get(key) for key in set(status) | set(previous)}
+            await self.api.merge_patch(
+                POOL, meta["namespace"], meta["name"], {"status": patch}, subresource="status"
+            )
+            outcome.status_written = True
+        was_stalled = _condition_status(previous, "RolloutStalled") == "True"
+        if halt is not None and not was_stalled:
+            await self._emit(pool, "Warning", "RolloutStalled", halt.message)
+        if status.get("currentRevision") and status.get("currentRevision") != previous.get("currentRevision"):
+            await self._emit(
+                pool, "Normal", "RolloutComplete", f"every member runs revision {status['currentRevision']}"
+            )
+
+    async def _report_invalid(
+        self,
+        pool: Mapping[str, Any],
+        previous: Mapping[str, Any],
+        message: str,
+        generation: int,
+        outcome: PoolOutcome,
+    ) -> None:
+        now = self.clock()
+        fresh = [condition("Ready", False, "InvalidSpec", message, now=now, generation=generation)]
+        others = [c for c in previous.get("conditions") or [] if c.get("type") != "Ready"]
+        status = {
+            **previous,
+            "observedGeneration": generation,
+            "conditions": merge_conditions(previous.get("conditions"), fresh) + others,
+        }
+        if _without_nulls(status) == _without_nulls(previous):
+            return
+        meta = pool["metadata"]
+        await self.api.merge_patch(
+            POOL, meta["namespace"], meta["name"], {"status": status}, subresource="status"
+        )
+        outcome.status_written = True
+        if _condition_reason(previous, "Ready") != "InvalidSpec":
+            await self._emit(pool, "Warning", "InvalidSpec", message)
+
+    async def _emit(self, pool: Mapping[str, Any], event_type: str, reason: str, note: str) -> None:
+        """Record an Event about the pool; a failure is logged, never fails the reconcile."""
+        event = build_event(
+            {"apiVersion": POOL.api_version, "kind": POOL.kind, **pool},
+            event_type=event_type,
+            reason=reason,
+            note=note,
+            event_time=self.clock().strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        )
+        try:
+            await self.api.create(event)
+        except Exception as exc:
+            meta = pool.get("metadata") or {}
+            log.warning(
+                "event not recorded",
+                extra={"pool": f"{meta.get('namespace')}/{meta.get('name')}", "error": str(exc)},
+            )
+
+    def _record_metrics(
+        self, namespace: str, name: str, replicas: int, members: Sequence[MemberView], target: str
+    ) -> None:
+        for state, value in count_members(replicas, members, target).as_states().items():
+            self.metrics.pool_replicas.labels(pool=name, namespace=namespace, state=state).set(value)
+
+
+def _revision_object_name(pool: str, revision: str) -> str:
+    return f"{pool}-{revision}"
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def _condition_status(status: Mapping[str, Any], type_: str) -> str | None:
+    for entry in status.get("conditions") or []:
+        if isinstance(entry, Mapping) and entry.get("type") == type_:
+            return str(entry.get("status"))
+    return None
+
+
+def _condition_reason(status: Mapping[str, Any], type_: str) -> str | None:
+    for entry in status.get("conditions") or []:
+        if isinstance(entry, Mapping) and entry.get("type") == type_:
+            return str(entry.get("reason"))
+    return None
+
+
+__all__ = ["CONTROLLER_REVISION", "POOL", "PoolController", "PoolOutcome"]

@@ -1,0 +1,126 @@
+"""The ``uds-vm-operator run`` process: metrics, probes, the reconcile workers and kopf's watches.
+
+kopf logs in with the kubeconfig (``KUBECONFIG``) or the in-cluster service account and runs the watch
+streams and peering; every request *we* make goes through lightkube's client in
+:mod:`uds_vm_operator.controller.kube`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+from prometheus_client import start_http_server
+
+from uds_vm_operator.controller import kube
+from uds_vm_operator.controller.facts import DATAVOLUME_CRD, FactsCache
+from uds_vm_operator.controller.handlers import build_registry, configure_settings, watched_kinds
+from uds_vm_operator.controller.health import start_health_server
+from uds_vm_operator.controller.logsetup import configure_logging
+from uds_vm_operator.controller.reconciler import Reconciler
+from uds_vm_operator.controller.store import ObjectStore
+from uds_vm_operator.metrics import OperatorMetrics
+
+log = logging.getLogger("uds_vm_operator.process")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Parsed command-line options of ``uds-vm-operator run``."""
+
+    kubeconfig: str | None = None
+    namespaces: tuple[str, ...] = ()
+    all_namespaces: bool = False
+    metrics_port: int = 8080
+    health_port: int = 8081
+    bind_address: str = "0.0.0.0"
+    peering: str | None = None
+    standalone: bool = False
+    priority: int = 0
+    max_workers: int = 8
+    log_level: str = "INFO"
+    controllers: tuple[str, ...] = ("vm", "pool")
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def run(options: RunOptions) -> int:
+    """Run the operator until SIGINT/SIGTERM; returns the process exit code."""
+    configure_logging(options.log_level)
+    if options.kubeconfig:
+        os.environ["KUBECONFIG"] = os.path.abspath(options.kubeconfig)
+    try:
+        asyncio.run(_serve(options))
+    except KeyboardInterrupt:
+        return 0
+    except Exception as exc:  # top-level: one clear line, no traceback, non-zero exit
+        log.error("operator stopped", extra={"error": str(exc)})
+        return 1
+    return 0
+
+
+async def _serve(options: RunOptions) -> None:
+    api = kube.KubeApi.from_kubeconfig(options.kubeconfig)
+    metrics = OperatorMetrics()
+    start_http_server(options.metrics_port, addr=options.bind_address, registry=metrics.registry)
+    store = ObjectStore(watched_kinds())
+
+    async def fetch_crd() -> dict[str, Any] | None:
+        return await api.get(kube.CRD, None, DATAVOLUME_CRD)
+
+    reconciler = Reconciler(api, store, FactsCache(fetch_crd), metrics, workers=options.max_workers)
+    registry = build_registry(reconciler, store) if "vm" in options.controllers else kopf.OperatorRegistry()
+    pool_workers: asyncio.Task[None] | None = None
+    if "pool" in options.controllers:
+        from uds_vm_operator.controller.pool import PoolController  # noqa: PLC0415
+
+        pools = PoolController(api, metrics)
+        pools.register(registry)
+        pool_workers = asyncio.create_task(pools.run(), name="pool-workers")
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> Any:
+        if options.kubeconfig:
+            return kopf.login_with_kubeconfig(**kwargs)
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    settings = kopf.OperatorSettings()
+    configure_settings(settings, max_workers=options.max_workers)
+    ready = asyncio.Event()
+    health = await start_health_server(options.bind_address, options.health_port, ready.is_set)
+    workers = asyncio.create_task(reconciler.run(), name="reconcile-workers")
+    log.info(
+        "operator starting",
+        extra={
+            "namespaces": ",".join(options.namespaces) or "*",
+            "metrics_port": options.metrics_port,
+            "health_port": options.health_port,
+            "peering": "standalone" if options.standalone else options.peering or "default",
+        },
+    )
+    try:
+        await kopf.operator(
+            registry=registry,
+            settings=settings,
+            standalone=options.standalone,
+            peering_name=options.peering,
+            priority=options.priority,
+            clusterwide=options.all_namespaces or not options.namespaces,
+            namespaces=options.namespaces,
+            ready_flag=ready,
+        )
+    finally:
+        workers.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await workers
+        if pool_workers is not None:
+            pool_workers.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pool_workers
+        health.close()
+        await api.close()
+        log.info("operator stopped")

@@ -1,0 +1,474 @@
+"""The reconcile loop of UDSVirtualMachine: read world → render → apply the difference → derive status.
+
+Watch events (of the VM and of its children) only *enqueue* the VM's key; a bounded pool of workers takes
+keys from a de-duplicating queue, so a burst of events for one VM costs one reconcile, two workers never
+reconcile the same VM at once, and concurrency is capped. Failures are retried with exponential backoff
+per key; a spec the operator cannot honour is reported (condition + Event) and not retried until it
+changes, because retrying cannot fix it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from uds_vm_operator.api import SpecError, UDSVirtualMachineSpec, parse_vm_spec
+from uds_vm_operator.api.quantity import parse_bytes
+from uds_vm_operator.controller import kube
+from uds_vm_operator.controller.compare import is_subset, needs_apply, normalise_secret, with_applied_hash
+from uds_vm_operator.controller.errors import ControllerError, KubeApiError
+from uds_vm_operator.controller.events import build_event, transition_event
+from uds_vm_operator.controller.facts import FactsCache
+from uds_vm_operator.controller.status import (
+    REPLACING_REASON,
+    Observation,
+    Refusal,
+    derive_status,
+    must_hold_vm,
+    status_changed,
+)
+from uds_vm_operator.controller.store import ObjectStore
+from uds_vm_operator.metrics import OperatorMetrics
+from uds_vm_operator.render import (
+    ClusterFacts,
+    Owner,
+    expected_pvc_size,
+    generate_admin_password,
+    live_migration_refusal,
+    render_children,
+)
+from uds_vm_operator.render.common import admin_secret_name
+from uds_vm_operator.render.secrets import ADMIN_PASSWORD_KEY
+from uds_vm_operator.sizing import pvc_mib, virtual_mib
+
+log = logging.getLogger("uds_vm_operator.reconcile")
+
+Key = tuple[str, str]  # (namespace, name)
+MAX_BACKOFF_S = 60.0
+STATUS_MESSAGE_LIMIT = 4000
+DV_TERMINAL_WITH_DATA = frozenset({"Succeeded"})
+
+
+@dataclass
+class Outcome:
+    """What one reconcile did; tests and benchmarks read ``writes``."""
+
+    writes: int = 0
+    phase: str | None = None
+    deleted: bool = False
+
+
+def utc_now() -> datetime:
+    """Current time; a seam so tests can pin it."""
+    return datetime.now(UTC)
+
+
+class Reconciler:
+    """Owns the work queue and the reconcile of one UDSVirtualMachine at a time per key."""
+
+    def __init__(
+        self,
+        api: kube.KubeApi,
+        store: ObjectStore,
+        facts: FactsCache,
+        metrics: OperatorMetrics,
+        *,
+        workers: int = 8,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self.api = api
+        self.store = store
+        self.facts = facts
+        self.metrics = metrics
+        self.workers = max(1, workers)
+        self.clock = clock
+        self._queue: asyncio.Queue[Key] = asyncio.Queue()
+        self._queued: set[Key] = set()
+        self._processing: set[Key] = set()
+        self._dirty: set[Key] = set()
+        self._failures: dict[Key, int] = {}
+        self._last_error: dict[Key, str] = {}
+        self.completed = 0
+        """Reconciles finished (any outcome): lets a health check or benchmark see progress."""
+
+    # ------------------------------------------------------------------------------------------ queue
+
+    def enqueue(self, namespace: str, name: str) -> None:
+        """Ask for a reconcile of one VM; duplicates while queued collapse into one."""
+        key = (namespace, name)
+        if key in self._queued:
+            return
+        if key in self._processing:
+            self._dirty.add(key)
+            return
+        self._queued.add(key)
+        self._queue.put_nowait(key)
+
+    def idle(self) -> bool:
+        """True when nothing is queued or running (benchmarks and tests wait for this)."""
+        return not self._queued and not self._processing
+
+    async def run(self) -> None:
+        """Run the worker pool until cancelled."""
+        tasks = [
+            asyncio.create_task(self._worker(), name=f"reconcile-worker-{i}") for i in range(self.workers)
+        ]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self._queue.get()
+            self._queued.discard(key)
+            self._processing.add(key)
+            try:
+                await self._reconcile_with_retry(key)
+            finally:
+                self._processing.discard(key)
+                self.completed += 1
+                if key in self._dirty:
+                    self._dirty.discard(key)
+                    self.enqueue(*key)
+
+    async def _reconcile_with_retry(self, key: Key) -> None:
+        started = time.perf_counter()
+        try:
+            await self.reconcile(*key)
+        except Exception as exc:  # the loop must survive anything one object can throw at it
+            retryable = getattr(exc, "retryable", True) if isinstance(exc, ControllerError) else True
+            attempts = self._failures.get(key, 0) + 1
+            self._failures[key] = attempts
+            delay = min(MAX_BACKOFF_S, 0.5 * 2 ** (attempts - 1)) if retryable else MAX_BACKOFF_S * 5
+            self.metrics.reconcile_total.labels(status="error").inc()
+            log.warning(
+                "reconcile failed",
+                extra={"vm": f"{key[0]}/{key[1]}", "error": str(exc), "retry_in_s": delay},
+                exc_info=not isinstance(exc, ControllerError),
+            )
+            await self._report_error(key, exc)
+            asyncio.get_running_loop().call_later(delay, self.enqueue, *key)
+        else:
+            self._failures.pop(key, None)
+            self._last_error.pop(key, None)
+        finally:
+            self.metrics.reconcile_duration_seconds.observe(time.perf_counter() - started)
+
+    async def _report_error(self, key: Key, exc: Exception) -> None:
+        """One Warning Event per distinct error message, not one per retry."""
+        message = str(exc)
+        if self._last_error.get(key) == message:
+            return
+        self._last_error[key] = message
+        owner = self.store.get(kube.UDS_VM, *key)
+        if owner is None:
+            return
+        await self._emit_best_effort(owner, "Warning", "ReconcileError", message)
+
+    # -------------------------------------------------------------------------------------- reconcile
+
+    async def reconcile(self, namespace: str, name: str) -> Outcome:
+        """Bring one VM's children and status in line with its spec; returns what was written."""
+        owner_body = self.store.get(kube.UDS_VM, namespace, name)
+        if owner_body is None:
+            self.metrics.forget_vm(name=name, namespace=namespace)
+            return Outcome(deleted=True)
+        meta = owner_body.get("metadata") or {}
+        if meta.get("deletionTimestamp"):
+            return Outcome(deleted=True)
+        outcome = Outcome()
+        raw_spec = owner_body.get("spec") or {}
+        owner = Owner(name=name, namespace=namespace, uid=str(meta.get("uid")))
+        generation = int(meta.get("generation") or 0)
+        try:
+            spec = parse_vm_spec(raw_spec)
+        except SpecError as exc:
+            obs = Observation(generation=generation, refusal=Refusal("InvalidSpec", exc.message))
+            await self._publish(owner_body, obs, outcome, status="invalid")
+            return outcome
+        refusal = _storage_refusal(spec)
+        facts = await self.facts.get()
+        if refusal is not None:
+            obs = self._base_observation(spec, facts, generation, refusal=refusal)
+            await self._publish(owner_body, obs, outcome, status="invalid")
+            return outcome
+
+        dv_name = f"{name}-dv"
+        observed_dv = await self._observed(kube.DATA_VOLUME, namespace, dv_name)
+        preliminary = self._base_observation(spec, facts, generation, datavolume=observed_dv)
+        run_strategy = "Halted" if must_hold_vm(preliminary) else None
+        try:
+            children = render_children(
+                owner,
+                spec,
+                facts,
+                run_strategy=run_strategy,
+                windows_admin_password=await self._windows_admin_password(spec, namespace, name),
+            )
+        except SpecError as exc:
+            obs = self._base_observation(spec, facts, generation, refusal=Refusal("InvalidSpec", exc.message))
+            await self._publish(owner_body, obs, outcome, status="invalid")
+            return outcome
+
+        observed: dict[tuple[str, str], dict[str, Any] | None] = {}
+        desired_by_name: dict[tuple[str, str], dict[str, Any]] = {}
+        disk_blocker: Refusal | None = None
+        for child in children:
+            desired = with_applied_hash(child)
+            kind = kube.kind_of(desired)
+            child_name = desired["metadata"]["name"]
+            current = await self._observed(kind, namespace, child_name)
+            if kind is kube.DATA_VOLUME and current is not None:
+                blocker, current = await self._settle_datavolume(owner, desired, current, outcome)
+                disk_blocker = disk_blocker or blocker
+                if blocker is not None:
+                    observed[(kind.kind, child_name)] = current
+                    desired_by_name[(kind.kind, child_name)] = desired
+                    continue
+            if needs_apply(desired, current):
+                current = await self.api.apply(desired)
+                self.store.put(kind, current)
+                outcome.writes += 1
+                log.info("applied", extra={"vm": f"{namespace}/{name}", "child": f"{kind.kind}/{child_name}"})
+            observed[(kind.kind, child_name)] = current
+            desired_by_name[(kind.kind, child_name)] = desired
+
+        obs = self._base_observation(
+            spec,
+            facts,
+            generation,
+            datavolume=observed.get(("DataVolume", dv_name)),
+            virtual_machine=observed.get(("VirtualMachine", name)),
+            network_isolated=_in_place(desired_by_name, observed, ("NetworkPolicy", f"{name}-netpol")),
+            hardening=_hardening(desired_by_name, observed, name),
+            disk_blocker=disk_blocker,
+        )
+        await self._publish(owner_body, obs, outcome, status="success")
+        return outcome
+
+    # ------------------------------------------------------------------------------------------ parts
+
+    def _base_observation(
+        self,
+        spec: UDSVirtualMachineSpec,
+        facts: ClusterFacts,
+        generation: int,
+        *,
+        refusal: Refusal | None = None,
+        datavolume: Mapping[str, Any] | None = None,
+        virtual_machine: Mapping[str, Any] | None = None,
+        network_isolated: bool = False,
+        hardening: tuple[str | None, bool] = (None, False),
+        disk_blocker: Refusal | None = None,
+    ) -> Observation:
+        try:
+            pvc_size = expected_pvc_size(spec)
+        except SpecError:
+            pvc_size = None
+        return Observation(
+            generation=generation,
+            source_kind=spec.source.kind,
+            declared_checksum=spec.declared_checksum,
+            run_strategy=spec.run_strategy,
+            cdi_http_checksum=facts.cdi_http_checksum,
+            pvc_size=pvc_size,
+            datavolume=datavolume,
+            virtual_machine=virtual_machine,
+            network_isolated=network_isolated,
+            zero_trust=network_isolated and spec.network.egress != "internet",
+            hardening_secret=hardening[0],
+            hardening_in_place=hardening[1],
+            refusal=refusal,
+            disk_blocker=disk_blocker,
+        )
+
+    async def _observed(self, kind: kube.Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        """The live object: from the watch-fed store for watched kinds, else one GET."""
+        if self.store.is_watched(kind):
+            return self.store.get(kind, namespace, name)
+        current = await self.api.get(kind, namespace, name)
+        if current is not None:
+            self.store.put(kind, current)
+        return current
+
+    async def _settle_datavolume(
+        self,
+        owner: Owner,
+        desired: dict[str, Any],
+        current: dict[str, Any],
+        outcome: Outcome,
+    ) -> tuple[Refusal | None, dict[str, Any] | None]:
+        """DataVolume specs are immutable (CDI's webhook): decide what to do when ours differs.
+
+        A DV that has not produced data yet and that we own is replaced; a populated one, or one we do not
+        own, is left alone and reported, because replacing it would destroy the disk.
+        """
+        if is_subset(desired.get("spec") or {}, current.get("spec") or {}):
+            return None, current
+        meta = current.get("metadata") or {}
+        ours = any(ref.get("uid") == owner.uid for ref in meta.get("ownerReferences") or [])
+        phase = (current.get("status") or {}).get("phase")
+        if ours and phase not in DV_TERMINAL_WITH_DATA:
+            await self.api.delete(kube.DATA_VOLUME, owner.namespace, meta["name"], uid=meta.get("uid"))
+            self.store.discard(kube.DATA_VOLUME, current)
+            outcome.writes += 1
+            log.info(
+                "replacing DataVolume", extra={"vm": f"{owner.namespace}/{owner.name}", "dv": meta["name"]}
+            )
+            return Refusal(REPLACING_REASON, f"Replacing {meta['name']}: its spec changed."), None
+        return (
+            Refusal(
+                "DataVolumeSpecImmutable",
+                f"DataVolume {meta['name']} was created with a different spec and CDI does not allow "
+                f"changing it; to re-import, delete it "
+                f"(kubectl delete dv -n {owner.namespace} {meta['name']}); its data will be lost.",
+            ),
+            current,
+        )
+
+    async def _windows_admin_password(
+        self, spec: UDSVirtualMachineSpec, namespace: str, name: str
+    ) -> str | None:
+        """The Administrator password: from the referenced Secret, the generated Secret, or a new one.
+
+        Only passed to the renderer (which puts it into Secrets); never logged or written to status.
+        """
+        if spec.os != "windows":
+            return None
+        ref = spec.windows.admin_password_secret_ref if spec.windows is not None else None
+        if ref is not None:
+            # A user's Secret carries none of our labels, so the watch-fed store never sees it: read it.
+            user_secret = await self.api.get(kube.SECRET, namespace, ref.name)
+            value = ((user_secret or {}).get("data") or {}).get(ref.key)
+            return base64.b64decode(value).decode() if value else None
+        existing = await self._observed(kube.SECRET, namespace, admin_secret_name(name))
+        encoded = ((existing or {}).get("data") or {}).get(ADMIN_PASSWORD_KEY)
+        if encoded:
+            return base64.b64decode(encoded).decode()
+        return generate_admin_password()
+
+    async def _publish(
+        self, owner_body: Mapping[str, Any], obs: Observation, outcome: Outcome, *, status: str
+    ) -> None:
+        """Write status (only if it changed), an Event on transitions, and the metrics."""
+        meta = owner_body.get("metadata") or {}
+        previous = owner_body.get("status") or {}
+        desired = derive_status(obs, previous, _rfc3339(self.clock()))
+        desired["message"] = str(desired.get("message") or "")[:STATUS_MESSAGE_LIMIT]
+        outcome.phase = desired["phase"]
+        if status_changed(desired, previous):
+            patch = {key: desired.get(key) for key in set(desired) | set(previous)}
+            updated = await self.api.merge_patch(
+                kube.UDS_VM, meta.get("namespace"), meta["name"], {"status": patch}, subresource="status"
+            )
+            self.store.put(kube.UDS_VM, updated)
+            outcome.writes += 1
+            event = transition_event(previous, desired)
+            if event is not None and await self._emit_best_effort(owner_body, *event):
+                outcome.writes += 1
+        self.metrics.reconcile_total.labels(status=status).inc()
+        self.metrics.record_vm(
+            name=meta["name"],
+            namespace=meta.get("namespace", ""),
+            phase=desired["phase"],
+            controls=_controls(desired),
+            overhead_ratio=_overhead_ratio(owner_body),
+        )
+
+    async def _emit_best_effort(
+        self, owner: Mapping[str, Any], event_type: str, reason: str, note: str
+    ) -> bool:
+        """Record an Event; a failure is logged, never allowed to fail the reconcile."""
+        try:
+            await self._emit(owner, event_type, reason, note)
+        except Exception as exc:
+            meta = owner.get("metadata") or {}
+            log.warning(
+                "event not recorded",
+                extra={"vm": f"{meta.get('namespace')}/{meta.get('name')}", "error": str(exc)},
+            )
+            return False
+        return True
+
+    async def _emit(self, owner: Mapping[str, Any], event_type: str, reason: str, note: str) -> None:
+        event = build_event(
+            {"apiVersion": kube.UDS_VM.api_version, "kind": kube.UDS_VM.kind, **owner},
+            event_type=event_type,
+            reason=reason,
+            note=note,
+            event_time=_micro_time(self.clock()),
+        )
+        await self.api.create(event)
+
+
+def _storage_refusal(spec: UDSVirtualMachineSpec) -> Refusal | None:
+    """Refuse what KubeVirt would accept but could never honour (live migration needs RWX)."""
+    reason = live_migration_refusal(spec)
+    if reason is None:
+        return None
+    return Refusal("LiveMigrationNeedsRWX", f"spec.liveMigration: {reason}. Nothing was created.")
+
+
+def _in_place(
+    desired: Mapping[tuple[str, str], Mapping[str, Any]],
+    observed: Mapping[tuple[str, str], Mapping[str, Any] | None],
+    key: tuple[str, str],
+) -> bool:
+    want, have = desired.get(key), observed.get(key)
+    return want is not None and have is not None and is_subset(normalise_secret(want), have)
+
+
+def _hardening(
+    desired: Mapping[tuple[str, str], Mapping[str, Any]],
+    observed: Mapping[tuple[str, str], Mapping[str, Any] | None],
+    name: str,
+) -> tuple[str | None, bool]:
+    for flavour, suffix in (("cloud-init", "cloudinit"), ("sysprep", "sysprep")):
+        key = ("Secret", f"{name}-{suffix}")
+        if key in desired:
+            return flavour, _in_place(desired, observed, key)
+    return None, False
+
+
+def _controls(status: Mapping[str, Any]) -> dict[str, bool]:
+    conditions = {c["type"]: c.get("status") == "True" for c in status.get("conditions") or []}
+    hardened = conditions.get("Hardened", False)
+    return {
+        "SI-7": bool(status.get("checksumVerified")),
+        "SC-7": conditions.get("NetworkIsolated", False),
+        "AC-3": hardened,
+        "IA-5": hardened,
+    }
+
+
+def _overhead_ratio(owner_body: Mapping[str, Any]) -> float | None:
+    disk = ((owner_body.get("spec") or {}).get("disk")) or {}
+    size = disk.get("virtualSize")
+    if size is None:
+        return None
+    try:
+        virtual = virtual_mib(parse_bytes(size, field="spec.disk.virtualSize"))
+        pvc = pvc_mib(virtual << 20, disk.get("overheadPercent", 6))
+    except (SpecError, ValueError, TypeError):
+        return None
+    return (pvc - virtual) / virtual if virtual else None
+
+
+def _rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _micro_time(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+__all__ = ["KubeApiError", "Outcome", "Reconciler", "utc_now"]

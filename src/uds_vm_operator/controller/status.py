@@ -1,0 +1,289 @@
+"""Status of a UDSVirtualMachine, derived only from what was observed (SPEC §3).
+
+Pure: the reconciler gathers an :class:`Observation` (the spec's essentials, the cluster facts and the
+children as the API server returned them) and :func:`derive_status` turns it into the status object. Time
+enters as an argument so the same observation always yields the same status, which is what lets the
+reconciler skip the status write when nothing changed.
+
+The rule that shapes everything here: never claim what was not verified. ``checksumVerified`` becomes
+true only when CDI's own HTTP checksum check passed on a DataVolume that really carries the declared
+digest, on a CDI whose CRD has that field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from uds_vm_operator import RECONCILER_NAME
+
+CONDITION_TYPES = ("Ready", "DiskReady", "ChecksumVerified", "NetworkIsolated", "Hardened")
+
+UPLOAD_WAIT_PHASES = frozenset({"UploadScheduled", "UploadReady"})
+IMPORT_PHASES = frozenset(
+    {
+        "ImportScheduled",
+        "ImportInProgress",
+        "CloneScheduled",
+        "CloneInProgress",
+        "SnapshotForSmartCloneInProgress",
+        "CloneFromSnapshotSourceInProgress",
+        "SmartClonePVCInProgress",
+        "CSICloneInProgress",
+        "ExpansionInProgress",
+        "NamespaceTransferInProgress",
+        "PrepClaimInProgress",
+        "RebindInProgress",
+    }
+)
+VERIFIED_BY_CDI = "cdi-http-checksum"
+STOPPABLE_RUN_STRATEGIES = frozenset({"Halted", "Manual"})
+REPLACING_REASON = "DataVolumeReplacing"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A spec the operator will not act on (invalid, or impossible on this storage)."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything status derivation needs, gathered by the reconciler in one pass."""
+
+    generation: int
+    source_kind: str | None = None
+    declared_checksum: str | None = None
+    run_strategy: str = "Always"
+    cdi_http_checksum: bool = False
+    pvc_size: str | None = None
+    datavolume: Mapping[str, Any] | None = None
+    virtual_machine: Mapping[str, Any] | None = None
+    network_isolated: bool = False
+    zero_trust: bool = False
+    hardening_secret: str | None = None
+    """Kind of hardening Secret rendered ("cloud-init" / "sysprep"), None when none is rendered."""
+    hardening_in_place: bool = False
+    refusal: Refusal | None = None
+    disk_blocker: Refusal | None = None
+    """A DataVolume that cannot be brought to the desired state (immutable spec drift)."""
+
+
+def checksum_verified_by_cdi(obs: Observation) -> bool:
+    """True only when CDI itself checked the declared digest and the import succeeded."""
+    dv = obs.datavolume
+    if not (obs.cdi_http_checksum and obs.source_kind == "http" and obs.declared_checksum and dv):
+        return False
+    if _dv_phase(dv) != "Succeeded":
+        return False
+    applied = (((dv.get("spec") or {}).get("source") or {}).get("http") or {}).get("checksum")
+    return bool(applied == obs.declared_checksum)
+
+
+def must_hold_vm(obs: Observation) -> bool:
+    """Verified before activation: a declared digest keeps the VM halted until the check passed."""
+    return obs.declared_checksum is not None and not checksum_verified_by_cdi(obs)
+
+
+def derive_status(obs: Observation, previous: Mapping[str, Any] | None, now: str) -> dict[str, Any]:
+    """Return the full status object for ``obs``; ``previous`` only supplies transition times."""
+    previous_conditions = _conditions_by_type((previous or {}).get("conditions") or [])
+    if obs.refusal is not None:
+        phase, message, conditions = _refused(obs.refusal)
+        verified = False
+    else:
+        phase, message, conditions = _lifecycle(obs)
+        verified = checksum_verified_by_cdi(obs)
+    status: dict[str, Any] = {
+        "phase": phase,
+        "source": obs.source_kind,
+        "pvcSize": obs.pvc_size,
+        "checksumVerified": verified,
+        "verifiedBy": VERIFIED_BY_CDI if verified else None,
+        "verifiedDigest": obs.declared_checksum if verified else None,
+        "zeroTrust": obs.zero_trust and obs.refusal is None,
+        "reconciledBy": RECONCILER_NAME,
+        "importProgress": _import_progress(obs.datavolume) if obs.refusal is None else None,
+        "observedGeneration": obs.generation,
+        "message": message,
+        "conditions": [
+            _stamp(cond_type, cond, previous_conditions.get(cond_type), obs.generation, now)
+            for cond_type, cond in conditions
+        ],
+    }
+    return status
+
+
+def status_changed(desired: Mapping[str, Any], observed: Mapping[str, Any] | None) -> bool:
+    """True when ``desired`` differs from the stored status (absent keys equal ``None``)."""
+    observed = observed or {}
+    keys = set(desired) | set(observed)
+    return any(desired.get(key) != observed.get(key) for key in keys)
+
+
+_Cond = tuple[str, str, str]  # status, reason, message
+
+
+def _refused(refusal: Refusal) -> tuple[str, str, list[tuple[str, _Cond]]]:
+    unknown = ("Unknown", refusal.reason, "Not evaluated: the spec is refused.")
+    conditions: list[tuple[str, _Cond]] = [("Ready", ("False", refusal.reason, refusal.message))]
+    conditions += [(cond_type, unknown) for cond_type in CONDITION_TYPES[1:]]
+    return "Failed", refusal.message, conditions
+
+
+def _lifecycle(obs: Observation) -> tuple[str, str, list[tuple[str, _Cond]]]:
+    disk_phase, disk_cond = _disk(obs)
+    checksum_cond = _checksum(obs, disk_ready=disk_cond[0] == "True")
+    phase = disk_phase
+    if disk_phase == "DiskReady":
+        phase = "Verifying" if must_hold_vm(obs) else _workload_phase(obs)
+    ready_cond = _ready(obs, phase, disk_cond, checksum_cond)
+    conditions: list[tuple[str, _Cond]] = [
+        ("Ready", ready_cond),
+        ("DiskReady", disk_cond),
+        ("ChecksumVerified", checksum_cond),
+        ("NetworkIsolated", _network(obs)),
+        ("Hardened", _hardened(obs)),
+    ]
+    return phase, ready_cond[2], conditions
+
+
+def _disk(obs: Observation) -> tuple[str, _Cond]:
+    """Map the DataVolume phase to our phase (``DiskReady`` when the disk is usable)."""
+    if obs.disk_blocker is not None:
+        phase = "Pending" if obs.disk_blocker.reason == REPLACING_REASON else "Failed"
+        return phase, ("False", obs.disk_blocker.reason, obs.disk_blocker.message)
+    dv = obs.datavolume
+    if dv is None:
+        return "Pending", ("False", "DataVolumeMissing", "The DataVolume has not been created yet.")
+    dv_phase = _dv_phase(dv)
+    name = (dv.get("metadata") or {}).get("name", "the DataVolume")
+    if dv_phase == "Succeeded":
+        return "DiskReady", ("True", "DataVolumeSucceeded", f"DataVolume {name} holds the disk.")
+    if dv_phase == "Failed":
+        return "Failed", ("False", "DataVolumeFailed", f"CDI failed to populate {name}: {_dv_message(dv)}")
+    if dv_phase in UPLOAD_WAIT_PHASES:
+        return "WaitingForUpload", (
+            "False",
+            "WaitingForUpload",
+            f"DataVolume {name} waits for the image: run `uds-vmctl upload` (or virtctl image-upload).",
+        )
+    if dv_phase in IMPORT_PHASES:
+        progress = _import_progress(dv) or "unknown progress"
+        return "Importing", ("False", dv_phase, f"CDI is populating {name} ({progress}).")
+    reason = dv_phase or "DataVolumePending"
+    return "Pending", ("False", reason, f"DataVolume {name} is {dv_phase or 'pending'}.")
+
+
+def _checksum(obs: Observation, *, disk_ready: bool) -> _Cond:
+    if obs.declared_checksum is None:
+        return ("False", "NoChecksumDeclared", "No digest is declared, so nothing was verified.")
+    if checksum_verified_by_cdi(obs):
+        return ("True", "CDIHTTPChecksum", f"CDI verified {obs.declared_checksum} while importing.")
+    if not disk_ready:
+        return (
+            "False",
+            "AwaitingDisk",
+            "The digest is checked once the disk is populated; the VM stays off.",
+        )
+    return (
+        "False",
+        "VerifierPending",
+        "The disk digest has not been verified yet; the VM stays halted until it is.",
+    )
+
+
+def _workload_phase(obs: Observation) -> str:
+    vm = obs.virtual_machine
+    if vm is None:
+        return "Provisioning"
+    vm_status = vm.get("status") or {}
+    printable = vm_status.get("printableStatus")
+    stoppable = obs.run_strategy in STOPPABLE_RUN_STRATEGIES
+    if stoppable and printable in (None, "", "Stopped") and not vm_status.get("ready"):
+        return "Stopped"
+    if vm_status.get("ready") is True or printable == "Running":
+        return "Ready"
+    return "Provisioning"
+
+
+def _ready(obs: Observation, phase: str, disk: _Cond, checksum: _Cond) -> _Cond:
+    if phase == "Ready":
+        return ("True", "VirtualMachineRunning", "The VM is running.")
+    if phase == "Stopped":
+        return ("False", "Stopped", f"The VM is stopped (runStrategy {obs.run_strategy}).")
+    if phase == "Verifying":
+        return ("False", checksum[1], checksum[2])
+    if phase == "Provisioning":
+        printable = ((obs.virtual_machine or {}).get("status") or {}).get("printableStatus")
+        detail = f"KubeVirt reports {printable}." if printable else "KubeVirt has not reported yet."
+        return ("False", printable or "Provisioning", f"Waiting for the VM to become ready. {detail}")
+    return ("False", disk[1], disk[2])
+
+
+def _network(obs: Observation) -> _Cond:
+    if obs.network_isolated:
+        return ("True", "NetworkPolicyApplied", "Ingress is denied unless allowed; egress is restricted.")
+    return ("False", "NetworkPolicyMissing", "The VM's NetworkPolicy is not in place as rendered.")
+
+
+def _hardened(obs: Observation) -> _Cond:
+    if obs.hardening_secret is None:
+        return ("False", "NoHardeningSecret", "No cloud-init or sysprep hardening is rendered for this VM.")
+    if obs.hardening_in_place:
+        reason = "CloudInitHardened" if obs.hardening_secret == "cloud-init" else "SysprepHardened"
+        return ("True", reason, f"The {obs.hardening_secret} hardening Secret is in place.")
+    return (
+        "False",
+        "HardeningSecretMissing",
+        f"The {obs.hardening_secret} Secret is not in place as rendered.",
+    )
+
+
+def _stamp(
+    cond_type: str,
+    cond: _Cond,
+    previous: Mapping[str, Any] | None,
+    generation: int,
+    now: str,
+) -> dict[str, Any]:
+    """Build a condition, keeping the previous transition time while the status stays the same."""
+    status, reason, message = cond
+    transition = now
+    if previous is not None and previous.get("status") == status and previous.get("lastTransitionTime"):
+        transition = str(previous["lastTransitionTime"])
+    return {
+        "type": cond_type,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": transition,
+        "observedGeneration": generation,
+    }
+
+
+def _conditions_by_type(conditions: Sequence[Any]) -> dict[str, Mapping[str, Any]]:
+    return {c["type"]: c for c in conditions if isinstance(c, Mapping) and "type" in c}
+
+
+def _dv_phase(dv: Mapping[str, Any]) -> str:
+    return str((dv.get("status") or {}).get("phase") or "")
+
+
+def _dv_message(dv: Mapping[str, Any]) -> str:
+    for condition in (dv.get("status") or {}).get("conditions") or []:
+        if condition.get("message"):
+            return str(condition["message"])
+    return "no message from CDI; see `kubectl describe dv`."
+
+
+def _import_progress(dv: Mapping[str, Any] | None) -> str | None:
+    if dv is None:
+        return None
+    progress = (dv.get("status") or {}).get("progress")
+    if not progress or progress == "N/A":
+        return None
+    return str(progress)

@@ -1,0 +1,297 @@
+"""The cloud-init Secret ``<name>-cloudinit`` (NoCloud user data) with the guest hardening baseline.
+
+KubeVirt reads the user data from the Secret key ``userdata`` (``kubectl create secret generic ...
+--from-file=userdata=...`` in its user guide); we always go through ``cloudInitNoCloud.secretRef`` because
+inline user data is capped at 2048 bytes by KubeVirt's webhook.
+
+The baseline (AC-3, IA-5, AU-2, SC-13, SI-2): no password SSH, no root login, locked passwords, key-only
+users, an sshd drop-in, auditd, FIPS mode and optional unattended updates from local mirrors. A user's
+``userData`` is merged *under* it: mappings merge recursively, lists concatenate with the hardening
+entries last, scalars from the hardening win, and password-bearing keys are stripped, so nothing a user
+writes can reopen a door the baseline closed.
+
+The sshd drop-in is named ``00-uds-hardening.conf``: sshd keeps the *first* value it reads for a keyword and
+includes ``sshd_config.d/*.conf`` in lexical order, so a ``99-`` file would lose to any earlier drop-in an
+image ships (e.g. ``50-cloud-init.conf`` or a vendor ``PasswordAuthentication yes``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from uds_vm_operator.api.errors import SpecError
+from uds_vm_operator.api.models import AutoUpdate, CloudInit, UDSVirtualMachineSpec
+from uds_vm_operator.render.common import ROLE_LABEL, Owner, child_metadata, cloudinit_secret_name
+from uds_vm_operator.render.secrets import encode_secret_data
+
+USERDATA_KEY = "userdata"
+MAX_USERDATA_BYTES = 64 * 1024
+"""Guard well below the 1 MiB Secret limit; a larger user-data document is almost certainly a mistake."""
+SSHD_DROPIN_PATH = "/etc/ssh/sshd_config.d/00-uds-hardening.conf"
+AUDIT_RULES_PATH = "/etc/audit/rules.d/50-uds-baseline.rules"
+FIPS_REBOOT_MARKER = "/run/uds-fips-reboot-required"
+
+_SSHD_BASE = (
+    "PasswordAuthentication no",
+    "PermitRootLogin no",
+    "KbdInteractiveAuthentication no",
+    "ChallengeResponseAuthentication no",
+    "PermitEmptyPasswords no",
+    "PubkeyAuthentication yes",
+    "AuthenticationMethods publickey",
+    "X11Forwarding no",
+    "MaxAuthTries 3",
+    "LoginGraceTime 60",
+    "ClientAliveInterval 300",
+    "ClientAliveCountMax 2",
+)
+_SSHD_FIPS = (
+    "Ciphers aes256-gcm@openssh.com,aes128-gcm@openssh.com,aes256-ctr,aes192-ctr,aes128-ctr",
+    "MACs hmac-sha2-512-etm@openssh.com,hmac-sha2-256-etm@openssh.com,hmac-sha2-512,hmac-sha2-256",
+    "KexAlgorithms ecdh-sha2-nistp256,ecdh-sha2-nistp384,ecdh-sha2-nistp521,diffie-hellman-group16-sha512",
+)
+_AUDIT_RULES = (
+    "-w /etc/passwd -p wa -k identity",
+    "-w /etc/group -p wa -k identity",
+    "-w /etc/shadow -p wa -k identity",
+    "-w /etc/sudoers -p wa -k privilege",
+    "-w /etc/sudoers.d/ -p wa -k privilege",
+    "-w /etc/ssh/sshd_config -p wa -k sshd",
+    "-w /etc/ssh/sshd_config.d/ -p wa -k sshd",
+)
+# Keys that would set or expose a password; stripped from user data because passwords stay locked.
+_PASSWORD_KEYS = frozenset({"password", "chpasswd"})
+_USER_PASSWORD_KEYS = frozenset({"passwd", "hashed_passwd", "plain_text_passwd"})
+
+
+def deep_merge_under(user: Any, hardening: Any) -> Any:
+    """Merge user data under the hardening: dicts recurse, lists concatenate (ours last), scalars are ours."""
+    if isinstance(user, dict) and isinstance(hardening, dict):
+        merged = dict(user)
+        for key, value in hardening.items():
+            merged[key] = deep_merge_under(user[key], value) if key in user else value
+        return merged
+    if isinstance(user, list) and isinstance(hardening, list):
+        return [*user, *hardening]
+    return hardening
+
+
+def _parse_user_data(text: str) -> dict[str, Any]:
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(
+            f"spec.cloudInit.userData is not valid YAML ({exc.__class__.__name__}); fix the syntax"
+        ) from None
+    if document is None:
+        return {}
+    if not isinstance(document, dict):
+        raise SpecError(
+            "spec.cloudInit.userData must be a #cloud-config mapping (key: value), not a script or list"
+        )
+    for entry in document.get("write_files") or []:
+        path = entry.get("path", "") if isinstance(entry, dict) else ""
+        if isinstance(path, str) and path.startswith("/etc/ssh/sshd_config"):
+            raise SpecError(
+                f"spec.cloudInit.userData writes {path}; sshd configuration belongs to the operator's "
+                "hardening, remove that write_files entry"
+            )
+    return document
+
+
+def _strip_passwords(document: dict[str, Any]) -> dict[str, Any]:
+    cleaned = {key: value for key, value in document.items() if key not in _PASSWORD_KEYS}
+    users = cleaned.get("users")
+    if isinstance(users, list):
+        cleaned["users"] = [
+            {k: v for k, v in user.items() if k not in _USER_PASSWORD_KEYS} | {"lock_passwd": True}
+            if isinstance(user, dict)
+            else user
+            for user in users
+        ]
+    return cleaned
+
+
+def _users(cloud_init: CloudInit) -> list[Any]:
+    users: list[Any] = ["default"]
+    for user in cloud_init.users:
+        entry: dict[str, Any] = {
+            "name": user.name,
+            "lock_passwd": True,
+            "shell": "/bin/bash",
+            "ssh_authorized_keys": list(user.ssh_authorized_keys),
+        }
+        if user.sudo:
+            entry["sudo"] = "ALL=(ALL) NOPASSWD:ALL"
+        users.append(entry)
+    return users
+
+
+def _auto_update(
+    flavor: str, update: AutoUpdate
+) -> tuple[dict[str, Any], list[str], list[dict[str, Any]], list[str]]:
+    """(top-level keys, packages, write_files, runcmd) for guest updates of one flavour."""
+    top: dict[str, Any] = {}
+    files: list[dict[str, Any]] = []
+    commands: list[str] = []
+    if flavor == "ubuntu":
+        packages = ["unattended-upgrades"]
+        enabled = "1" if update.enabled else "0"
+        files.append(
+            {
+                "path": "/etc/apt/apt.conf.d/20auto-upgrades",
+                "permissions": "0644",
+                "content": f'APT::Periodic::Update-Package-Lists "{enabled}";\n'
+                f'APT::Periodic::Unattended-Upgrade "{enabled}";\n',
+            }
+        )
+        reboot = (
+            'Unattended-Upgrade::Automatic-Reboot "true";\n'
+            f'Unattended-Upgrade::Automatic-Reboot-Time "{update.reboot_window}";\n'
+            if update.reboot_window
+            else 'Unattended-Upgrade::Automatic-Reboot "false";\n'
+        )
+        files.append(
+            {
+                "path": "/etc/apt/apt.conf.d/52uds-unattended-upgrades",
+                "permissions": "0644",
+                "content": reboot,
+            }
+        )
+        timer = "apt-daily-upgrade.timer"
+        if update.apt_mirror:
+            mirror = [{"arches": ["default"], "uri": update.apt_mirror}]
+            top["apt"] = {"primary": mirror, "security": mirror}
+    else:
+        packages = ["dnf-automatic"]
+        apply = "yes" if update.enabled else "no"
+        reboot = "when-needed" if update.reboot_window else "never"
+        reboot_command = (
+            f'reboot_command = "shutdown -r {update.reboot_window}"\n' if update.reboot_window else ""
+        )
+        files.append(
+            {
+                "path": "/etc/dnf/automatic.conf",
+                "permissions": "0644",
+                "content": "[commands]\nupgrade_type = default\ndownload_updates = yes\n"
+                f"apply_updates = {apply}\nreboot = {reboot}\n{reboot_command}"
+                "[emitters]\nemit_via = stdio\n",
+            }
+        )
+        timer = "dnf-automatic.timer"
+        if update.yum_mirror:
+            top["yum_repos"] = {
+                "uds-mirror": {
+                    "name": "Local mirror (uds-vm-operator)",
+                    "baseurl": update.yum_mirror,
+                    "enabled": True,
+                    "gpgcheck": True,
+                }
+            }
+    files.append(
+        {
+            "path": f"/etc/systemd/system/{timer}.d/50-uds-schedule.conf",
+            "permissions": "0644",
+            "content": f"[Timer]\nOnCalendar=\nOnCalendar={update.schedule}\nRandomizedDelaySec=0\n",
+        }
+    )
+    commands.append("systemctl daemon-reload")
+    if update.enabled:
+        commands.append(f"systemctl enable --now {timer}")
+    else:
+        commands.append(f"systemctl disable --now {timer}")
+    return top, packages, files, commands
+
+
+def hardening_document(owner: Owner, cloud_init: CloudInit) -> dict[str, Any]:
+    """The operator's cloud-config baseline for the flavour (before any user data is merged under it)."""
+    ubuntu = cloud_init.flavor == "ubuntu"
+    sshd_lines = list(_SSHD_BASE) + (list(_SSHD_FIPS) if cloud_init.fips else [])
+    packages = ["auditd" if ubuntu else "audit"]
+    files: list[dict[str, Any]] = [
+        {
+            "path": SSHD_DROPIN_PATH,
+            "owner": "root:root",
+            "permissions": "0600",
+            "content": "# Managed by uds-vm-operator: key-only SSH, no root (AC-3, IA-5).\n"
+            + "\n".join(sshd_lines)
+            + "\n",
+        },
+        {
+            "path": AUDIT_RULES_PATH,
+            "owner": "root:root",
+            "permissions": "0640",
+            "content": "# Managed by uds-vm-operator (AU-2, AU-12).\n" + "\n".join(_AUDIT_RULES) + "\n",
+        },
+    ]
+    commands = [
+        "passwd --lock root",
+        "systemctl enable --now auditd",
+        "augenrules --load",
+        f"systemctl restart {'ssh' if ubuntu else 'sshd'}",
+    ]
+    document: dict[str, Any] = {
+        "hostname": owner.name,
+        "ssh_pwauth": False,
+        "disable_root": True,
+        "ssh_deletekeys": True,
+        "users": _users(cloud_init),
+    }
+    if cloud_init.ssh_authorized_keys:
+        document["ssh_authorized_keys"] = list(cloud_init.ssh_authorized_keys)
+    if cloud_init.fips:
+        if ubuntu:
+            # Ubuntu Pro FIPS (22.04+: fips-updates). An air gap needs a local Pro setup; a token may be
+            # supplied through userData (ubuntu_pro.token) and survives the merge.
+            document["ubuntu_pro"] = {"enable": ["fips-updates"]}
+        else:
+            commands.append(
+                f"fips-mode-setup --is-enabled || (fips-mode-setup --enable && touch {FIPS_REBOOT_MARKER})"
+            )
+            document["power_state"] = {
+                "mode": "reboot",
+                "message": "Rebooting to enter FIPS mode (uds-vm-operator)",
+                "condition": f"test -f {FIPS_REBOOT_MARKER}",
+            }
+    if cloud_init.auto_update is not None:
+        top, update_packages, update_files, update_commands = _auto_update(
+            cloud_init.flavor, cloud_init.auto_update
+        )
+        document.update(top)
+        packages += update_packages
+        files += update_files
+        commands += update_commands
+    document["packages"] = [*cloud_init.packages, *packages]
+    document["write_files"] = files
+    document["runcmd"] = commands
+    return document
+
+
+def render_user_data(owner: Owner, spec: UDSVirtualMachineSpec) -> str:
+    """The complete ``#cloud-config`` document: user data merged under the hardening baseline."""
+    cloud_init = spec.cloud_init or CloudInit()
+    user = _parse_user_data(cloud_init.user_data) if cloud_init.user_data else {}
+    merged = _strip_passwords(deep_merge_under(user, hardening_document(owner, cloud_init)))
+    text = "#cloud-config\n" + yaml.safe_dump(merged, sort_keys=False, default_flow_style=False, width=4096)
+    size = len(text.encode())
+    if size > MAX_USERDATA_BYTES:
+        raise SpecError(
+            f"spec.cloudInit: the rendered user data is {size} bytes, above the {MAX_USERDATA_BYTES}-byte "
+            "limit; shrink userData (ship large files in the image instead)"
+        )
+    return text
+
+
+def render_cloudinit_secret(owner: Owner, spec: UDSVirtualMachineSpec) -> dict[str, Any]:
+    """The Secret ``<name>-cloudinit`` that ``cloudInitNoCloud.secretRef`` points at."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": child_metadata(
+            owner, cloudinit_secret_name(owner.name), labels={ROLE_LABEL: "cloud-init"}
+        ),
+        "type": "Opaque",
+        "data": encode_secret_data({USERDATA_KEY: render_user_data(owner, spec)}),
+    }

@@ -1,0 +1,125 @@
+"""What every child manifest shares: the owner, the facts about the cluster, names, labels and metadata."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from uds_vm_operator import MANAGED_BY_LABEL
+from uds_vm_operator.api.models import VM_API_VERSION, VM_KIND
+
+VM_LABEL = "uds.dev/vm"
+"""Carried by every child and by the virt-launcher pod, so NetworkPolicies and Services can select a VM."""
+RETAIN_LABEL = "uds.dev/retain"
+ROLE_LABEL = "uds.dev/role"
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    """What the controller learned about the installed KubeVirt/CDI (read from CRDs and CRs, never assumed).
+
+    ``cdi_http_checksum``: the installed DataVolume CRD has ``spec.source.http.checksum`` (CDI >= v1.65).
+    Unknown fields are pruned silently, so rendering the field on an older CDI would claim a check that
+    never happens. ``persistent_vm_state``: KubeVirt has a VM-state storage class, so EFI variables and the
+    TPM can persist across reboots.
+    """
+
+    cdi_http_checksum: bool = False
+    persistent_vm_state: bool = False
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The UDSVirtualMachine that owns the children (its UID makes the ownerReference)."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    api_version: ClassVar[str] = VM_API_VERSION
+    kind: ClassVar[str] = VM_KIND
+
+    def reference(self) -> dict[str, Any]:
+        """The controller ownerReference: children are garbage-collected with the VM and block deletion."""
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def child_labels(owner: Owner, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Labels every child carries: who manages it and which VM it belongs to."""
+    labels = {**MANAGED_BY_LABEL, VM_LABEL: owner.name}
+    if extra:
+        labels.update(extra)
+    return labels
+
+
+def child_metadata(
+    owner: Owner,
+    name: str,
+    *,
+    owned: bool = True,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Metadata of a child: name, namespace, labels and (unless ``owned`` is False) the ownerReference."""
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": owner.namespace,
+        "labels": child_labels(owner, labels),
+    }
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    if owned:
+        metadata["ownerReferences"] = [owner.reference()]
+    return metadata
+
+
+def root_dv_name(vm_name: str) -> str:
+    """``<name>-dv``: the DataVolume holding the imported source image."""
+    return f"{vm_name}-dv"
+
+
+def system_dv_name(vm_name: str) -> str:
+    """``<name>-system``: the blank disk a Windows ISO installation writes to."""
+    return f"{vm_name}-system"
+
+
+def drivers_dv_name(vm_name: str) -> str:
+    """``<name>-drivers``: a clone of the virtio-win driver media DataSource."""
+    return f"{vm_name}-drivers"
+
+
+def cloudinit_secret_name(vm_name: str) -> str:
+    """``<name>-cloudinit``: the NoCloud user data."""
+    return f"{vm_name}-cloudinit"
+
+
+def sysprep_secret_name(vm_name: str) -> str:
+    """``<name>-sysprep``: the Windows unattend files."""
+    return f"{vm_name}-sysprep"
+
+
+def admin_secret_name(vm_name: str) -> str:
+    """``<name>-admin``: the generated Windows Administrator password."""
+    return f"{vm_name}-admin"
+
+
+def netpol_name(vm_name: str) -> str:
+    """``<name>-netpol``: the VM's NetworkPolicy."""
+    return f"{vm_name}-netpol"
+
+
+def data_disk_pvc_name(vm_name: str, disk_name: str) -> str:
+    """``<name>-data-<disk>``: a data disk PVC; stable so a Retain disk is re-attached by name."""
+    return f"{vm_name}-data-{disk_name}"
+
+
+def service_name(vm_name: str, port: int) -> str:
+    """``<name>-<port>``: the Service of one exposed port."""
+    return f"{vm_name}-{port}"

@@ -1,0 +1,210 @@
+"""``network.mode: uds-package``: the VM's allow/expose rules merged into the namespace's UDS ``Package``.
+
+UDS Core allows one ``Package`` (``uds.dev/v1alpha1``) per namespace and already writes default-deny plus DNS
+egress for it, so in UDS clusters we add rules there instead of stacking our own NetworkPolicy. Every rule we
+write carries a description starting ``uds-vm:<name>:``; merging replaces exactly the rules of one VM and
+leaves rules owned by others (other VMs, the application team) untouched. Pure functions: the controller
+reads the Package, calls :func:`merge_package` / :func:`remove_vm_from_package`, and applies the result.
+
+Mapping onto the Package schema (every allow entry needs a remote):
+- egress ``dns``: nothing (UDS adds DNS egress itself); ``internet``: ``remoteGenerated: Anywhere``;
+  ``vpn``: the gateway pods via ``remoteNamespace`` + ``remoteSelector``; ``none``: nothing.
+- ``allow[]``: ``remoteCidr`` or ``remoteNamespace``/``remoteSelector``. The Package names namespaces, it does
+  not select them by label, so a namespace selector must be ``matchLabels: {kubernetes.io/metadata.name: X}``.
+- ``expose[]`` with ``http``: an ``expose`` entry on the ``admin`` gateway when the Gateway's name or
+  namespace says admin, else ``tenant``; ``host`` is the first DNS label of the hostname (UDS appends its
+  domain).
+- an exposed port named ``metrics``: a ``monitor`` entry so Prometheus scrapes the guest exporter.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from uds_vm_operator.api.errors import SpecError
+from uds_vm_operator.api.models import AllowRule, LabelSelector, UDSVirtualMachineSpec
+from uds_vm_operator.render.common import VM_LABEL, service_name
+from uds_vm_operator.render.exposure import port_name
+from uds_vm_operator.render.networkpolicy import NAMESPACE_NAME_LABEL
+
+PACKAGE_API_VERSION = "uds.dev/v1alpha1"
+PACKAGE_KIND = "Package"
+RULE_SECTIONS = (("network", "allow"), ("network", "expose"), ("monitor",))
+
+
+def rule_prefix(vm_name: str) -> str:
+    """The description prefix that marks a Package rule as owned by one VM."""
+    return f"uds-vm:{vm_name}:"
+
+
+def _namespace_name(selector: LabelSelector | None, where: str) -> str | None:
+    if selector is None:
+        return None
+    labels = selector.match_labels or {}
+    if selector.match_expressions or set(labels) != {NAMESPACE_NAME_LABEL}:
+        raise SpecError(
+            f"{where}: in network.mode uds-package a namespace is named, not selected; use "
+            f"namespaceSelector.matchLabels: {{{NAMESPACE_NAME_LABEL}: <namespace>}}"
+        )
+    return labels[NAMESPACE_NAME_LABEL]
+
+
+def _pod_labels(selector: LabelSelector | None, where: str) -> dict[str, str] | None:
+    if selector is None:
+        return None
+    if selector.match_expressions:
+        raise SpecError(f"{where}: in network.mode uds-package pod selectors support matchLabels only")
+    return dict(selector.match_labels or {})
+
+
+def _allow_entry(vm_name: str, rule: AllowRule, index: int) -> list[dict[str, Any]]:
+    where = f"spec.network.allow[{index}]"
+    base: dict[str, Any] = {
+        "direction": rule.direction,
+        "selector": {VM_LABEL: vm_name},
+        "description": f"{rule_prefix(vm_name)}allow-{index}",
+    }
+    if rule.cidr is not None:
+        base["remoteCidr"] = rule.cidr
+    else:
+        namespace = _namespace_name(rule.namespace_selector, where)
+        pods = _pod_labels(rule.pod_selector, where)
+        if namespace is not None:
+            base["remoteNamespace"] = namespace
+        if pods is not None:
+            base["remoteSelector"] = pods
+        if namespace is None and pods is None:
+            base["remoteGenerated"] = "Anywhere"
+    if not rule.ports:
+        return [base]
+    return [
+        {
+            **base,
+            "port": port.port,
+            "protocol": port.protocol,
+            "description": f"{base['description']}-{port.port}",
+        }
+        for port in rule.ports
+    ]
+
+
+def vm_package_rules(vm_name: str, spec: UDSVirtualMachineSpec) -> dict[str, list[dict[str, Any]]]:
+    """The Package rules of one VM: ``{"allow": [...], "expose": [...], "monitor": [...]}``."""
+    network = spec.network
+    allow: list[dict[str, Any]] = []
+    selector = {VM_LABEL: vm_name}
+    prefix = rule_prefix(vm_name)
+    if network.egress == "internet":
+        allow.append(
+            {
+                "direction": "Egress",
+                "selector": selector,
+                "remoteGenerated": "Anywhere",
+                "description": f"{prefix}egress-internet",
+            }
+        )
+    elif network.egress == "vpn" and network.vpn_gateway is not None:
+        entry: dict[str, Any] = {
+            "direction": "Egress",
+            "selector": selector,
+            "remoteSelector": _pod_labels(network.vpn_gateway.pod_selector, "spec.network.vpnGateway") or {},
+            "description": f"{prefix}egress-vpn",
+        }
+        namespace = _namespace_name(network.vpn_gateway.namespace_selector, "spec.network.vpnGateway")
+        if namespace is not None:
+            entry["remoteNamespace"] = namespace
+        allow.append(entry)
+    for index, rule in enumerate(network.allow):
+        allow += _allow_entry(vm_name, rule, index)
+
+    expose: list[dict[str, Any]] = []
+    monitor: list[dict[str, Any]] = []
+    for item in network.expose:
+        if item.http is not None:
+            gateway = item.http.gateway
+            expose.append(
+                {
+                    "service": service_name(vm_name, item.port),
+                    "selector": selector,
+                    "gateway": "admin" if "admin" in f"{gateway.name} {gateway.namespace}" else "tenant",
+                    "host": item.http.hostname.split(".")[0],
+                    "port": item.port,
+                    "targetPort": item.port,
+                    "description": f"{prefix}expose-{item.port}",
+                }
+            )
+        else:
+            allow.append(
+                {
+                    "direction": "Ingress",
+                    "selector": selector,
+                    "remoteGenerated": "IntraNamespace",
+                    "port": item.port,
+                    "protocol": item.protocol,
+                    "description": f"{prefix}expose-{item.port}",
+                }
+            )
+        if port_name(item) == "metrics":
+            monitor.append(
+                {
+                    "selector": selector,
+                    "portName": "metrics",
+                    "targetPort": item.port,
+                    "path": "/metrics",
+                    "description": f"{prefix}metrics",
+                }
+            )
+    return {"allow": allow, "expose": expose, "monitor": monitor}
+
+
+def _owned_by(entry: Any, vm_name: str) -> bool:
+    return isinstance(entry, dict) and str(entry.get("description", "")).startswith(rule_prefix(vm_name))
+
+
+def _section(spec: dict[str, Any], path: tuple[str, ...]) -> list[Any]:
+    node = spec
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    section: list[Any] = node.setdefault(path[-1], [])
+    return section
+
+
+def remove_vm_from_package(existing: dict[str, Any], vm_name: str) -> dict[str, Any]:
+    """The Package without the rules of ``vm_name``; other rules keep their order. Input is not modified."""
+    package = copy.deepcopy(existing)
+    spec = package.setdefault("spec", {})
+    for path in RULE_SECTIONS:
+        section = _section(spec, path)
+        section[:] = [entry for entry in section if not _owned_by(entry, vm_name)]
+    return package
+
+
+def merge_package(
+    existing: dict[str, Any] | None,
+    vm_name: str,
+    rules: dict[str, list[dict[str, Any]]],
+    *,
+    namespace: str | None = None,
+    package_name: str | None = None,
+) -> dict[str, Any]:
+    """The Package with the rules of ``vm_name`` replaced by ``rules`` (created if ``existing`` is None).
+
+    Rules of other owners stay untouched and in place; this VM's rules are appended in a stable order, so
+    merging the same input twice yields the same object (no write on resync).
+    """
+    if existing is None:
+        if namespace is None:
+            raise SpecError("merge_package: a new Package needs the namespace it belongs to")
+        existing = {
+            "apiVersion": PACKAGE_API_VERSION,
+            "kind": PACKAGE_KIND,
+            "metadata": {"name": package_name or namespace, "namespace": namespace},
+            "spec": {"network": {"allow": [], "expose": []}, "monitor": []},
+        }
+    package = remove_vm_from_package(existing, vm_name)
+    spec = package["spec"]
+    for path in RULE_SECTIONS:
+        key = path[-1]
+        _section(spec, path).extend(copy.deepcopy(rules.get(key, [])))
+    return package

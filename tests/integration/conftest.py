@@ -1,0 +1,148 @@
+"""Integration-tier fixtures: one real control plane per session, a fresh namespace per test.
+
+The plane is the real kube-apiserver + etcd + kube-controller-manager (garbage collector and namespace
+controllers) from tools/envtest/controlplane.py, with the upstream CDI, KubeVirt and Gateway API CRDs
+installed. Set UDS_TEST_KUBECONFIG=.envtest/kubeconfig (after `make cluster-up`) to reuse a running plane
+between runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from lightkube import ApiError, Client, KubeConfig
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Namespace
+
+from controlplane import ControlPlane, ControlPlaneError, attach, find_bin_dir, running_control_plane
+from fetch_crds import FetchError
+from kube_helpers import TEST_FIELD_MANAGER
+
+REUSE_ENV = "UDS_TEST_KUBECONFIG"
+TEST_NAMESPACE_LABEL = "uds-vm-operator.dev/test"
+_INTEGRATION_DIR = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/integration carries the `integration` marker (select with -m integration)."""
+    for item in items:
+        if _INTEGRATION_DIR in Path(str(item.path)).resolve().parents:
+            item.add_marker(pytest.mark.integration)
+
+
+@dataclass(frozen=True)
+class ControlPlaneHandle:
+    """What tests get: the admin kubeconfig, clients, and a way to mint other identities."""
+
+    kubeconfig: Path
+    plane: ControlPlane | None  # None when reusing a kubeconfig that `make cluster-up` did not write
+
+    def client(self, *, field_manager: str = TEST_FIELD_MANAGER, kubeconfig: Path | None = None) -> Client:
+        """A sync lightkube Client (admin unless another kubeconfig is given), ignoring proxy env vars."""
+        config = KubeConfig.from_file(str(kubeconfig or self.kubeconfig))
+        return Client(config=config, field_manager=field_manager, trust_env=False)
+
+    def kubeconfig_for(self, user: str, groups: tuple[str, ...] = (), path: Path | None = None) -> Path:
+        """A client-certificate kubeconfig for user/groups: only RBAC grants it anything."""
+        if self.plane is None:
+            raise RuntimeError(
+                f"{REUSE_ENV} points at a kubeconfig without a control-plane state.json next to it; "
+                "minting identities needs a plane started by `make cluster-up` (or unset the variable)"
+            )
+        return self.plane.kubeconfig_for(user, groups, path)
+
+
+def _reused_plane(kubeconfig: str) -> ControlPlaneHandle:
+    path = Path(kubeconfig)
+    if not path.is_file():
+        pytest.fail(
+            f"{REUSE_ENV}={kubeconfig} does not exist; run `make cluster-up` or unset it", pytrace=False
+        )
+    plane = attach(path.resolve().parent)
+    if plane is not None and not plane.is_healthy():
+        pytest.fail(
+            f"the control plane of {kubeconfig} is not healthy; run `make cluster-down cluster-up`",
+            pytrace=False,
+        )
+    return ControlPlaneHandle(path.resolve(), plane)
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlaneHandle]:
+    """The session's control plane; KUBECONFIG points at it for code that reads the environment (kopf)."""
+    reuse = os.environ.get(REUSE_ENV)
+    with pytest.MonkeyPatch.context() as patch:
+        if reuse:
+            handle = _reused_plane(reuse)
+            patch.setenv("KUBECONFIG", str(handle.kubeconfig))
+            yield handle
+            return
+        try:
+            find_bin_dir()
+        except ControlPlaneError as error:
+            pytest.fail(f"{error}\n(run make envtest-bins)", pytrace=False)
+        try:
+            with running_control_plane() as plane:
+                patch.setenv("KUBECONFIG", str(plane.kubeconfig))
+                yield ControlPlaneHandle(plane.kubeconfig, plane)
+        except (ControlPlaneError, FetchError) as error:
+            pytest.fail(f"test control plane: {error}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def kube_client(control_plane: ControlPlaneHandle) -> Iterator[Client]:
+    """One admin client for the session (field manager `uds-vm-operator-tests`)."""
+    client = control_plane.client()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def _namespace_name(test_name: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", test_name.lower()).strip("-")[:48].strip("-") or "t"
+    return f"{slug}-{secrets.token_hex(3)}"
+
+
+def _create_namespace(client: Client, name: str, labels: dict[str, str]) -> None:
+    client.create(Namespace(metadata=ObjectMeta(name=name, labels={TEST_NAMESPACE_LABEL: "true", **labels})))
+
+
+def _delete_namespace(client: Client, name: str) -> None:
+    try:
+        client.delete(Namespace, name)
+    except ApiError as error:
+        if error.status.code != 404:
+            raise
+
+
+@pytest.fixture
+def namespace(kube_client: Client, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace named after the test; deleted afterwards (the namespace controller finishes it)."""
+    name = _namespace_name(request.node.name)
+    _create_namespace(kube_client, name, {})
+    try:
+        yield name
+    finally:
+        _delete_namespace(kube_client, name)
+
+
+@pytest.fixture
+def restricted_namespace(kube_client: Client, request: pytest.FixtureRequest) -> Iterator[str]:
+    """Like `namespace`, labelled so PodSecurity enforces the `restricted` profile (as UDS sites do)."""
+    name = _namespace_name(request.node.name)
+    labels = {
+        "pod-security.kubernetes.io/enforce": "restricted",
+        "pod-security.kubernetes.io/enforce-version": "latest",
+    }
+    _create_namespace(kube_client, name, labels)
+    try:
+        yield name
+    finally:
+        _delete_namespace(kube_client, name)

@@ -1,0 +1,112 @@
+"""Fixtures and manifests shared by the operator's integration tests (imported by test_operator_*.py)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kube_helpers import wait_for
+from operator_harness import Api, OperatorProcess
+
+SHA = "sha256:" + "5" * 64
+SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ0000000000000000000000000000000000000000000 ops@site"
+
+
+def vm_path(namespace: str, name: str | None = None) -> str:
+    base = f"/apis/uds.dev/v1alpha1/namespaces/{namespace}/udsvirtualmachines"
+    return f"{base}/{name}" if name else base
+
+
+def dv_path(namespace: str, name: str | None = None) -> str:
+    base = f"/apis/cdi.kubevirt.io/v1beta1/namespaces/{namespace}/datavolumes"
+    return f"{base}/{name}" if name else base
+
+
+def kv_path(namespace: str, name: str | None = None) -> str:
+    base = f"/apis/kubevirt.io/v1/namespaces/{namespace}/virtualmachines"
+    return f"{base}/{name}" if name else base
+
+
+def core_path(namespace: str, plural: str, name: str | None = None) -> str:
+    base = f"/api/v1/namespaces/{namespace}/{plural}"
+    return f"{base}/{name}" if name else base
+
+
+def netpol_path(namespace: str, name: str | None = None) -> str:
+    base = f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies"
+    return f"{base}/{name}" if name else base
+
+
+def udsvm(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
+    """A valid linux VM from an http source with a declared digest, plus overrides."""
+    base: dict[str, Any] = {
+        "source": {"http": {"url": "https://images.site.internal/ubuntu-24.04.qcow2", "checksum": SHA}},
+        "disk": {"virtualSize": "10Mi"},
+        "resources": {"cpu": 1, "memory": "1Gi"},
+        "cloudInit": {"sshAuthorizedKeys": [SSH_KEY]},
+    }
+    base.update(copy.deepcopy(spec))
+    return {
+        "apiVersion": "uds.dev/v1alpha1",
+        "kind": "UDSVirtualMachine",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": base,
+    }
+
+
+def status_of(api: Api, namespace: str, name: str) -> dict[str, Any]:
+    return dict((api.get(vm_path(namespace, name)) or {}).get("status") or {})
+
+
+def wait_phase(api: Api, operator: OperatorProcess, namespace: str, name: str, phase: str, timeout_s: float = 60):
+    def reached() -> dict[str, Any] | None:
+        status = status_of(api, namespace, name)
+        return status if status.get("phase") == phase else None
+
+    try:
+        return wait_for(reached, timeout_s, 0.2, what=f"{namespace}/{name} phase {phase}")
+    except AssertionError as error:
+        raise AssertionError(f"{error}\nstatus: {status_of(api, namespace, name)}\n{operator.logs()}") from None
+
+
+def condition(status: dict[str, Any], cond_type: str) -> dict[str, Any]:
+    return next(c for c in status.get("conditions") or [] if c["type"] == cond_type)
+
+
+def play_cdi(api: Api, namespace: str, dv_name: str, phase: str, progress: str | None = None) -> None:
+    """Write the DataVolume status CDI's controller would write (status subresource)."""
+    status: dict[str, Any] = {"phase": phase}
+    if progress is not None:
+        status["progress"] = progress
+    api.merge(dv_path(namespace, dv_name) + "/status", {"status": status})
+
+
+def play_kubevirt(api: Api, namespace: str, vm_name: str, printable: str, ready: bool) -> None:
+    """Write the VirtualMachine status KubeVirt's controller would write (status subresource)."""
+    api.merge(
+        kv_path(namespace, vm_name) + "/status",
+        {"status": {"printableStatus": printable, "ready": ready, "created": ready}},
+    )
+
+
+@pytest.fixture
+def api(control_plane: Any) -> Iterator[Api]:
+    client = Api(Path(control_plane.kubeconfig))
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def operator(control_plane: Any, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
+    process = OperatorProcess(Path(control_plane.kubeconfig), namespace, tmp_path / "logs")
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        print(f"--- operator log ({process.log_path}) ---\n{process.logs()}")

@@ -1,0 +1,221 @@
+"""The chart's RBAC and Deployment on the real API server: Strict validation, restricted pod security, and a
+SelfSubjectAccessReview matrix run *as the operator's ServiceAccount user* (a client certificate whose only
+rights come from the chart's bindings)."""
+
+from __future__ import annotations
+
+import copy
+import secrets
+import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kube_helpers import apply_strict, create_strict
+from lightkube import ApiError, Client
+from lightkube.models.authorization_v1 import ResourceAttributes, SelfSubjectAccessReviewSpec
+from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
+from lightkube.resources.core_v1 import Secret
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("deploy_render", ROOT / "tools/deploy/render.py")
+assert _spec and _spec.loader
+render = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(render)
+
+SA = "uds-vm-operator"
+
+# (verb, group, resource, subresource, namespace-or-None-for-the-VM-namespace) the operator MUST be able to do.
+MUST_ALLOW = [
+    ("watch", "uds.dev", "udsvirtualmachines", ""),
+    ("patch", "uds.dev", "udsvirtualmachines", "status"),
+    ("update", "uds.dev", "udsvirtualmachinepools", "scale"),
+    ("create", "cdi.kubevirt.io", "datavolumes", ""),
+    ("delete", "cdi.kubevirt.io", "datavolumes", ""),
+    ("create", "cdi.kubevirt.io", "datavolumes", "source"),
+    ("create", "cdi.kubevirt.io", "datasources", ""),
+    ("create", "kubevirt.io", "virtualmachines", ""),
+    ("list", "kubevirt.io", "virtualmachineinstances", ""),
+    ("create", "", "secrets", ""),
+    ("create", "", "persistentvolumeclaims", ""),
+    ("create", "", "pods", ""),
+    ("delete", "", "pods", ""),
+    ("create", "networking.k8s.io", "networkpolicies", ""),
+    ("create", "gateway.networking.k8s.io", "httproutes", ""),
+    ("create", "", "events", ""),
+    ("create", "events.k8s.io", "events", ""),
+    ("patch", "kopf.dev", "kopfpeerings", ""),
+]
+MUST_ALLOW_CLUSTER = [
+    ("list", "apiextensions.k8s.io", "customresourcedefinitions", ""),
+    ("watch", "", "namespaces", ""),
+    ("list", "", "nodes", ""),
+    ("patch", "kopf.dev", "clusterkopfpeerings", ""),
+    ("list", "kubevirt.io", "kubevirts", ""),
+]
+MUST_DENY = [
+    ("patch", "", "nodes", "", None),
+    ("delete", "", "nodes", "", None),
+    ("create", "rbac.authorization.k8s.io", "clusterrolebindings", "", None),
+    ("escalate", "rbac.authorization.k8s.io", "clusterroles", "", None),
+    ("bind", "rbac.authorization.k8s.io", "clusterroles", "", None),
+    ("create", "rbac.authorization.k8s.io", "rolebindings", "", "vm"),
+    ("impersonate", "", "users", "", None),
+    ("impersonate", "", "serviceaccounts", "", "vm"),
+    ("create", "", "pods", "exec", "vm"),
+    ("create", "", "serviceaccounts", "token", "vm"),
+    ("delete", "", "secrets", "", "vm"),
+    ("update", "apiextensions.k8s.io", "customresourcedefinitions", "", None),
+    ("delete", "kubevirt.io", "virtualmachines", "", "vm"),
+]
+
+
+def can(client: Client, verb: str, group: str, resource: str, sub: str, namespace: str | None) -> bool:
+    review = SelfSubjectAccessReview(
+        spec=SelfSubjectAccessReviewSpec(
+            resourceAttributes=ResourceAttributes(
+                verb=verb, group=group, resource=resource, subresource=sub or None, namespace=namespace
+            )
+        )
+    )
+    return bool(client.create(review).status.allowed)
+
+
+def install(admin: Client, objects: list[dict[str, Any]]) -> None:
+    for obj in objects:
+        apply_strict(admin, obj)
+
+
+def remove(admin: Client, objects: list[dict[str, Any]]) -> None:
+    from kube_helpers import as_resource
+
+    for obj in objects:
+        res = as_resource(obj)
+        try:
+            admin.delete(type(res), obj["metadata"]["name"], namespace=obj["metadata"].get("namespace"))
+        except ApiError as error:
+            if error.status.code != 404:
+                raise
+
+
+def retarget(objects: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
+    """Place the chart's namespaced objects (and binding subjects) into the test's namespace."""
+    out = copy.deepcopy(objects)
+    for obj in out:
+        if "namespace" in obj["metadata"] and obj["kind"] != "RoleBinding":
+            obj["metadata"]["namespace"] = namespace
+        for subject in obj.get("subjects", []):
+            subject["namespace"] = namespace
+    return out
+
+
+@pytest.fixture
+def short_namespace(kube_client: Client) -> Iterator[str]:
+    """A namespace with a short name: the ServiceAccount user name goes into a certificate CN (<= 64 bytes)."""
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import Namespace
+
+    name = f"rbac-{secrets.token_hex(3)}"
+    labels = {"uds-vm-operator.dev/test": "true", "pod-security.kubernetes.io/enforce": "restricted"}
+    kube_client.create(Namespace(metadata=ObjectMeta(name=name, labels=labels)))
+    try:
+        yield name
+    finally:
+        kube_client.delete(Namespace, name)
+
+
+@pytest.fixture
+def operator_identity(
+    control_plane: Any, kube_client: Client, short_namespace: str
+) -> Iterator[tuple[Client, str]]:
+    restricted_namespace = short_namespace
+    objects = retarget(render.load_deploy_objects(), restricted_namespace)
+    install(kube_client, [o for o in objects if o["kind"] != "Deployment"])
+    user = f"system:serviceaccount:{restricted_namespace}:{SA}"
+    kubeconfig = control_plane.kubeconfig_for(
+        user, ("system:serviceaccounts", f"system:serviceaccounts:{restricted_namespace}")
+    )
+    client = control_plane.client(kubeconfig=kubeconfig)
+    try:
+        yield client, restricted_namespace
+    finally:
+        client.close()
+        remove(kube_client, [o for o in objects if "namespace" not in o["metadata"]])
+
+
+def test_deploy_manifests_pass_strict_validation_and_the_restricted_profile(
+    kube_client: Client, restricted_namespace: str
+) -> None:
+    objects = retarget(render.load_deploy_objects(), restricted_namespace)
+    try:
+        for obj in objects:
+            create_strict(kube_client, obj)
+        deployment = next(o for o in objects if o["kind"] == "Deployment")
+        # PodSecurity admission judges pods, not Deployments: create the Deployment's pod the way its
+        # ReplicaSet would, in a namespace that enforces `restricted`.
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "uds-vm-operator-probe", "namespace": restricted_namespace},
+            "spec": deployment["spec"]["template"]["spec"],
+        }
+        create_strict(kube_client, pod)
+        weakened = copy.deepcopy(pod)
+        weakened["metadata"]["name"] = "weakened"
+        weakened["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = True
+        with pytest.raises(ApiError) as refused:
+            create_strict(kube_client, weakened)
+        assert refused.value.status.code == 403 and "restricted" in (refused.value.status.message or "")
+    finally:
+        remove(kube_client, [o for o in objects if "namespace" not in o["metadata"]])
+
+
+def test_cluster_flavour_allows_what_the_operator_needs_and_nothing_dangerous(
+    operator_identity: tuple[Client, str], kube_client: Client
+) -> None:
+    client, namespace = operator_identity
+    other = "default"
+    for verb, group, resource, sub in MUST_ALLOW:
+        for ns in (namespace, other):
+            assert can(client, verb, group, resource, sub, ns), (
+                f"must allow {verb} {group}/{resource}/{sub} in {ns}"
+            )
+    for verb, group, resource, sub in MUST_ALLOW_CLUSTER:
+        assert can(client, verb, group, resource, sub, None), f"must allow {verb} {group}/{resource}"
+    for verb, group, resource, sub, ns in MUST_DENY:
+        target = namespace if ns == "vm" else ns
+        assert not can(client, verb, group, resource, sub, target), (
+            f"must deny {verb} {group}/{resource}/{sub}"
+        )
+
+
+def test_namespaced_flavour_cannot_read_secrets_outside_its_namespaces(
+    control_plane: Any, kube_client: Client, short_namespace: str
+) -> None:
+    restricted_namespace = short_namespace
+    from test_deploy_helm import helm_path
+
+    objects = render.render_chart(
+        helm_path(), "--set", "rbac.scope=namespaced", "--set", f"watchNamespaces={{{restricted_namespace}}}"
+    )
+    objects = retarget(objects, restricted_namespace)
+    install(kube_client, [o for o in objects if o["kind"] != "Deployment"])
+    user = f"system:serviceaccount:{restricted_namespace}:{SA}"
+    kubeconfig = control_plane.kubeconfig_for(user, ("system:serviceaccounts",))
+    client = control_plane.client(kubeconfig=kubeconfig)
+    try:
+        assert can(client, "get", "", "secrets", "", restricted_namespace)
+        assert can(client, "create", "kubevirt.io", "virtualmachines", "", restricted_namespace)
+        assert not can(client, "get", "", "secrets", "", "kube-system")
+        assert not can(client, "list", "", "secrets", "", None)
+        assert not can(client, "create", "kubevirt.io", "virtualmachines", "", "default")
+        assert can(client, "list", "", "nodes", "", None)  # the KVM guard still works
+        assert not can(client, "patch", "", "nodes", "", None)
+        # Not just reviews: the real request is refused.
+        with pytest.raises(ApiError) as refused:
+            list(client.list(Secret, namespace="kube-system"))
+        assert refused.value.status.code == 403
+    finally:
+        client.close()
+        remove(kube_client, [o for o in objects if "namespace" not in o["metadata"]])

@@ -1,0 +1,141 @@
+"""deploy/ and chart/: least privilege, restricted pod security, and one source of truth (helm template)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("deploy_render", ROOT / "tools/deploy/render.py")
+assert _spec and _spec.loader
+render = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(render)
+
+# (apiGroup, resource) -> verbs the operator needs (issue 7): asserted exactly, so a new grant is a conscious change.
+REQUIRED = {
+    ("uds.dev", "udsvirtualmachines"): {"get", "list", "watch", "patch", "update"},
+    ("uds.dev", "udsvirtualmachines/status"): {"get", "list", "watch", "patch", "update"},
+    ("uds.dev", "udsvirtualmachinepools"): {"get", "list", "watch", "patch", "update"},
+    ("uds.dev", "udsvirtualmachinepools/status"): {"get", "list", "watch", "patch", "update"},
+    ("uds.dev", "udsvirtualmachinepools/scale"): {"get", "list", "watch", "patch", "update"},
+    ("uds.dev", "packages"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("cdi.kubevirt.io", "datavolumes"): {"get", "list", "watch", "create", "patch", "update", "delete"},
+    ("cdi.kubevirt.io", "datasources"): {"get", "list", "watch", "create", "patch"},
+    ("cdi.kubevirt.io", "datavolumes/source"): {"create"},
+    ("kubevirt.io", "virtualmachines"): {"get", "list", "watch", "create", "patch", "update"},
+    ("kubevirt.io", "virtualmachineinstances"): {"get", "list", "watch"},
+    ("kubevirt.io", "kubevirts"): {"get", "list", "watch"},
+    ("", "secrets"): {"get", "list", "watch", "create", "patch"},
+    ("", "persistentvolumeclaims"): {"get", "list", "watch", "create", "patch"},
+    ("", "configmaps"): {"get", "list", "watch"},
+    ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "pods"): {"get", "list", "watch", "create", "delete"},
+    ("", "events"): {"create", "patch"},
+    ("events.k8s.io", "events"): {"create", "patch"},
+    ("", "namespaces"): {"get", "list", "watch"},
+    ("", "nodes"): {"get", "list", "watch"},
+    ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("gateway.networking.k8s.io", "httproutes"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
+    ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"},
+    ("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch"},
+}
+
+
+@cache
+def helm() -> str:
+    result = subprocess.run([str(ROOT / "tools/helm/build.sh")], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, f"helm could not be built (needs Go >= 1.24): {result.stderr}"
+    return result.stdout.strip()
+
+
+def deploy_objects() -> list[dict[str, Any]]:
+    return render.load_deploy_objects()
+
+
+def grants(objects: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    table: dict[tuple[str, str], set[str]] = {}
+    for role in (o for o in objects if o["kind"] in ("ClusterRole", "Role")):
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    table.setdefault((group, resource), set()).update(rule["verbs"])
+    return table
+
+
+def test_chart_passes_helm_lint_in_both_rbac_flavours() -> None:
+    for extra in ([], ["--set", "rbac.scope=namespaced", "--set", "watchNamespaces={vms}"]):
+        result = subprocess.run([helm(), "lint", "--strict", str(ROOT / "chart"), *extra], capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_chart_renders_exactly_the_objects_in_deploy() -> None:
+    rendered = {render.object_key(o): o for o in render.render_chart(helm())}
+    committed = {render.object_key(o): o for o in deploy_objects()}
+    assert rendered.keys() == committed.keys()
+    for key, obj in rendered.items():
+        assert committed[key] == obj, f"{key} differs; run python tools/deploy/render.py"
+
+
+def test_rbac_grants_exactly_what_the_operator_needs_without_wildcards() -> None:
+    objects = deploy_objects()
+    for role in (o for o in objects if o["kind"] == "ClusterRole"):
+        for rule in role["rules"]:
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[field], f"{role['metadata']['name']}: wildcard in {field}"
+            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"])
+    assert grants(objects) == REQUIRED
+
+
+def test_namespaced_flavour_binds_workload_rights_per_namespace_only() -> None:
+    objects = render.render_chart(helm(), "--set", "rbac.scope=namespaced", "--set", "watchNamespaces={vms,lab}")
+    bindings = [o for o in objects if o["kind"] in ("ClusterRoleBinding", "RoleBinding")]
+    cluster_wide = {b["roleRef"]["name"] for b in bindings if b["kind"] == "ClusterRoleBinding"}
+    assert cluster_wide == {"uds-vm-operator-cluster"}
+    assert sorted(b["metadata"]["namespace"] for b in bindings if b["kind"] == "RoleBinding") == ["lab", "vms"]
+    deployment = next(o for o in objects if o["kind"] == "Deployment")
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["args"] == ["run", "--namespace=vms", "--namespace=lab"]
+
+
+def test_namespaced_flavour_without_namespaces_is_refused_with_a_hint() -> None:
+    result = subprocess.run(
+        [helm(), "template", "x", str(ROOT / "chart"), "--set", "rbac.scope=namespaced"], capture_output=True, text=True
+    )
+    assert result.returncode != 0 and "watchNamespaces" in result.stderr
+
+
+def test_deployment_meets_the_restricted_pod_security_profile() -> None:
+    deployment = next(o for o in deploy_objects() if o["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    sc = container["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert {"requests", "limits"} <= container["resources"].keys()
+
+
+def test_dashboard_configmap_carries_the_dashboard_for_sidecar_import() -> None:
+    configmap = next(o for o in deploy_objects() if o["kind"] == "ConfigMap")
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    source = json.loads((ROOT / "dashboards/uds-vm-overview.json").read_text())
+    assert json.loads(configmap["data"]["uds-vm-overview.json"]) == source
+    assert json.loads((ROOT / "chart/dashboards/uds-vm-overview.json").read_text()) == source
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "deploy").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_deploy_file_is_valid_yaml_with_kind_and_name(path: Path) -> None:
+    for doc in yaml.safe_load_all(path.read_text()):
+        assert doc["kind"] and doc["metadata"]["name"]

@@ -1,0 +1,206 @@
+"""Fetch the real upstream CRDs (CDI, KubeVirt, Gateway API) from the Go module proxy into the versioned
+cache.
+
+Why the Go proxy: it is the one channel our air-gap-minded machines reach that serves these projects' sources
+at exact release tags, checksummed by sum.golang.org. Nothing here is hand-written: CDI's CRDs are the
+generated YAML in `pkg/operator/resources/crds_generated.go`, KubeVirt's schemas come from
+`validations_generated.go` (wrapped as its `crds.go` does), and the Gateway API CRDs are the release YAML
+shipped inside its module.
+
+Usage: python tools/envtest/fetch_crds.py [--force]   (prints the CRD folder on stdout)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from go_raw_strings import GoSourceError, extract_string_map
+from kubevirt_crd_wrappers import KubevirtWrapperError, build_all, check_against_go_source
+from pinned_versions import PinnedVersions, VersionsError, crd_dir, pinned_versions
+
+CDI_MODULE = "kubevirt.io/containerized-data-importer"
+KUBEVIRT_MODULE = "kubevirt.io/kubevirt"
+KUBEVIRT_API_MODULE = "kubevirt.io/api"  # staging module with the same tags; crds.go reads versions from it
+GATEWAY_API_MODULE = "sigs.k8s.io/gateway-api"
+
+CDI_FILE = "pkg/operator/resources/crds_generated.go"
+KUBEVIRT_VALIDATIONS_FILE = "pkg/virt-operator/resource/generate/components/validations_generated.go"
+KUBEVIRT_CRDS_GO = "pkg/virt-operator/resource/generate/components/crds.go"
+KUBEVIRT_REGISTER_GO = "core/v1/register.go"
+
+# The CDI kinds our operator reads or writes (keys of CDICRDs).
+CDI_KINDS = ("datavolume", "datasource", "dataimportcron", "cdi", "cdiconfig", "storageprofile")
+GATEWAY_FILES = tuple(
+    f"config/crd/standard/gateway.networking.k8s.io_{plural}.yaml"
+    for plural in ("gatewayclasses", "gateways", "httproutes", "referencegrants")
+)
+COMPLETE_MARKER = "sources.json"
+_YAML_DUMPER: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class FetchError(RuntimeError):
+    """A CRD source could not be obtained; the message says which and what to do."""
+
+
+def go_mod_download(module: str, version: str) -> Path:
+    """Download one module version via the Go proxy (outside any module); return its extracted folder."""
+    if shutil.which("go") is None:
+        raise FetchError(
+            "Go is required to fetch the upstream CRDs from the module proxy; install Go >= 1.24"
+        )
+    env = dict(os.environ, GOFLAGS="-mod=mod", GOTOOLCHAIN="local", GO111MODULE="on", GOWORK="off")
+    with tempfile.TemporaryDirectory(prefix="uds-crd-fetch-") as scratch:
+        result = subprocess.run(
+            ["go", "mod", "download", "-json", f"{module}@{version}"],
+            cwd=scratch,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    try:
+        info: dict[str, Any] = json.loads(result.stdout) if result.stdout.strip() else {}
+    except json.JSONDecodeError:
+        info = {}
+    if result.returncode != 0 or "Dir" not in info:
+        detail = info.get("Error") or result.stderr.strip() or f"exit status {result.returncode}"
+        raise FetchError(
+            f"could not download {module}@{version} from the Go module proxy: {detail}. "
+            "Check that the version exists (`go list -m -versions`) and fix versions.env."
+        )
+    return Path(info["Dir"])
+
+
+def _read(root: Path, relative: str) -> str:
+    path = root / relative
+    if not path.is_file():
+        raise FetchError(
+            f"{relative} is missing from {root}; the pinned tag moved the file, update fetch_crds.py"
+        )
+    return path.read_text(encoding="utf-8")
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def cdi_crds(module_dir: Path) -> tuple[list[dict[str, Any]], str]:
+    """Return CDI's generated CRDs for CDI_KINDS, and the sha256 of the Go file they came from."""
+    source = _read(module_dir, CDI_FILE)
+    entries = extract_string_map(source, "CDICRDs")
+    missing = [kind for kind in CDI_KINDS if kind not in entries]
+    if missing:
+        raise FetchError(f"{CDI_FILE} lacks CRDs {missing}; the pinned CDI tag is too old or renamed them")
+    return [yaml.safe_load(entries[kind]) for kind in CDI_KINDS], _sha256(source)
+
+
+def kubevirt_crds(module_dir: Path, api_dir: Path) -> tuple[list[dict[str, Any]], str]:
+    """Return KubeVirt's VM, VMI, VMPool and KubeVirt CRDs rebuilt from the pinned tag's generated schemas."""
+    source = _read(module_dir, KUBEVIRT_VALIDATIONS_FILE)
+    check_against_go_source(_read(module_dir, KUBEVIRT_CRDS_GO), _read(api_dir, KUBEVIRT_REGISTER_GO))
+    return build_all(extract_string_map(source, "CRDsValidation")), _sha256(source)
+
+
+def gateway_crds(module_dir: Path) -> tuple[list[dict[str, Any]], str]:
+    """Return the standard-channel Gateway API CRDs our operator may create objects of."""
+    texts = [_read(module_dir, relative) for relative in GATEWAY_FILES]
+    return [yaml.safe_load(text) for text in texts], _sha256("".join(texts))
+
+
+def _validate(crd: Any, origin: str) -> str:
+    if not isinstance(crd, dict) or crd.get("kind") != "CustomResourceDefinition":
+        raise FetchError(f"{origin} produced something that is not a CustomResourceDefinition")
+    name = crd.get("metadata", {}).get("name")
+    if not isinstance(name, str) or not name:
+        raise FetchError(f"{origin} produced a CRD without metadata.name")
+    return name
+
+
+def fetch_into(target: Path, versions: PinnedVersions) -> None:
+    """Download all sources and write one YAML file per CRD plus sources.json (provenance) into target."""
+    cdi_dir = go_mod_download(CDI_MODULE, versions.cdi)
+    kv_dir = go_mod_download(KUBEVIRT_MODULE, versions.kubevirt)
+    kv_api_dir = go_mod_download(KUBEVIRT_API_MODULE, versions.kubevirt)
+    gw_dir = go_mod_download(GATEWAY_API_MODULE, versions.gateway_api)
+    groups = {
+        f"{CDI_MODULE}@{versions.cdi}": (CDI_FILE, *cdi_crds(cdi_dir)),
+        f"{KUBEVIRT_MODULE}@{versions.kubevirt}": (
+            KUBEVIRT_VALIDATIONS_FILE,
+            *kubevirt_crds(kv_dir, kv_api_dir),
+        ),
+        f"{GATEWAY_API_MODULE}@{versions.gateway_api}": (",".join(GATEWAY_FILES), *gateway_crds(gw_dir)),
+    }
+    provenance: dict[str, Any] = {}
+    for origin, (files, crds, digest) in groups.items():
+        names = []
+        for crd in crds:
+            name = _validate(crd, origin)
+            (target / f"{name}.yaml").write_text(
+                yaml.dump(crd, Dumper=_YAML_DUMPER, sort_keys=False), encoding="utf-8"
+            )
+            names.append(name)
+        provenance[origin] = {"files": files, "sha256": digest, "crds": names}
+    # Written last: its presence marks a complete folder.
+    (target / COMPLETE_MARKER).write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
+
+
+def ensure_crds(versions: PinnedVersions | None = None, force: bool = False) -> Path:
+    """Return the cached CRD folder for the pinned versions, fetching it first when absent (or when forced).
+
+    The folder is assembled in a sibling temp dir and renamed into place, so a concurrent caller or an
+    interrupted run never sees a half-written cache.
+    """
+    pins = versions or pinned_versions()
+    final = crd_dir(pins)
+    if (final / COMPLETE_MARKER).is_file() and not force:
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    try:
+        fetch_into(staging, pins)
+        if final.exists():
+            shutil.rmtree(final)
+        staging.rename(final)
+    except OSError:
+        if not (final / COMPLETE_MARKER).is_file():  # lost a race with another fetch: theirs is as good
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return final
+
+
+def crd_files(folder: Path) -> list[Path]:
+    """The CRD YAML files of a cache folder, in a stable order."""
+    return sorted(folder.glob("*.yaml"))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI: print the CRD folder (fetching if needed); exit 1 with a one-line reason on failure."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--force", action="store_true", help="fetch again even when the cache is complete")
+    args = parser.parse_args(argv)
+    try:
+        folder = ensure_crds(force=args.force)
+    except (FetchError, VersionsError, GoSourceError, KubevirtWrapperError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(folder)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
