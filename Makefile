@@ -7,7 +7,8 @@ ENVTEST_DIR := .envtest
 KUBECONFIG_OUT := $(ENVTEST_DIR)/kubeconfig
 
 .DEFAULT_GOAL := help
-.PHONY: help install system-deps envtest-bins crds crds-check lint typecheck test test-unit test-images \
+.PHONY: help install system-deps envtest-bins helm-bin zarf-schema zarf-build deploy-check compliance-check \
+        crds crds-check lint typecheck test test-unit test-images \
         test-integration bench demo cluster-up cluster-down clean
 
 help: ## show this help
@@ -39,7 +40,22 @@ lint: install ## ruff (lint + format check) and mypy --strict
 	$(VENV)/bin/ruff format --check src tests tools bench
 	$(VENV)/bin/mypy src
 
-test: install system-deps envtest-bins lint crds-check ## install everything, then run every test tier
+helm-bin: ## build (or reuse) helm from its Go module into ~/.cache/uds-vm-operator
+	@tools/helm/build.sh >/dev/null
+
+zarf-schema: ## fetch (or reuse) Zarf's upstream zarf.schema.json from its Go module
+	@tools/zarf/fetch-schema.sh >/dev/null
+
+zarf-build: ## build the Zarf package where a zarf CLI can be built here (says why not otherwise)
+	tools/zarf/build.sh
+
+deploy-check: install ## fail if deploy/ differs from what the Helm chart renders
+	$(PY) tools/deploy/render.py --check
+
+compliance-check: install ## fail if compliance/oscal-component.yaml differs from the validations it is built from
+	$(PY) -m uds_vm_operator.compliance.component --check compliance/oscal-component.yaml
+
+test: install system-deps envtest-bins helm-bin zarf-schema lint crds-check deploy-check compliance-check ## install everything, then run every test tier
 	$(PY) -m pytest -q tests
 
 test-unit: install ## unit tier only (fast)

@@ -8,6 +8,7 @@ between runs.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import secrets
@@ -20,8 +21,14 @@ from lightkube import ApiError, Client, KubeConfig
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace
 
-from controlplane import ControlPlane, ControlPlaneError, attach, find_bin_dir, running_control_plane
-from fetch_crds import FetchError
+from controlplane import (
+    LAUNCH_ERRORS,
+    ControlPlane,
+    ControlPlaneError,
+    attach,
+    find_bin_dir,
+    running_control_plane,
+)
 from kube_helpers import TEST_FIELD_MANAGER
 
 REUSE_ENV = "UDS_TEST_KUBECONFIG"
@@ -73,6 +80,15 @@ def _reused_plane(kubeconfig: str) -> ControlPlaneHandle:
     return ControlPlaneHandle(path.resolve(), plane)
 
 
+def _missing_binaries() -> str:
+    """The launcher's 'run make envtest-bins' message when a binary is missing, else ''."""
+    try:
+        find_bin_dir()
+    except ControlPlaneError as error:
+        return str(error)
+    return ""
+
+
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlaneHandle]:
     """The session's control plane; KUBECONFIG points at it for code that reads the environment (kopf)."""
@@ -83,16 +99,20 @@ def control_plane() -> Iterator[ControlPlaneHandle]:
             patch.setenv("KUBECONFIG", str(handle.kubeconfig))
             yield handle
             return
+        problem = _missing_binaries()
+        if problem:
+            pytest.fail(problem, pytrace=False)
+        stack = contextlib.ExitStack()
+        failure = ""
         try:
-            find_bin_dir()
-        except ControlPlaneError as error:
-            pytest.fail(f"{error}\n(run make envtest-bins)", pytrace=False)
-        try:
-            with running_control_plane() as plane:
-                patch.setenv("KUBECONFIG", str(plane.kubeconfig))
-                yield ControlPlaneHandle(plane.kubeconfig, plane)
-        except (ControlPlaneError, FetchError) as error:
-            pytest.fail(f"test control plane: {error}", pytrace=False)
+            plane = stack.enter_context(running_control_plane())
+        except LAUNCH_ERRORS as error:
+            failure = f"could not start the test control plane: {error}"
+        if failure:
+            pytest.fail(failure, pytrace=False)
+        with stack:  # stops the plane and removes its files, also when tests failed
+            patch.setenv("KUBECONFIG", str(plane.kubeconfig))
+            yield ControlPlaneHandle(plane.kubeconfig, plane)
 
 
 @pytest.fixture(scope="session")

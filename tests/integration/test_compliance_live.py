@@ -10,17 +10,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-from kube_helpers import apply_strict, as_resource, create_strict
 from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.rbac_authorization_v1 import ClusterRole
 from lightkube.types import PatchType
 from typer.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from compliance_fixtures import TAMPERS, chart_clusterroles, children, udsvm  # noqa: E402
+from kube_helpers import apply_strict, as_resource, create_strict
 
-from uds_vm_operator.cli.main import app  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+from compliance_fixtures import TAMPERS, chart_clusterroles, children, udsvm
+
+from uds_vm_operator.cli.main import app
 
 UDSVM = create_namespaced_resource("uds.dev", "v1alpha1", "UDSVirtualMachine", "udsvirtualmachines")
 VM = "web"
@@ -68,34 +69,41 @@ def validate(kubeconfig: Path, namespace: str, tmp_path: Path) -> tuple[int, dic
 
 def reapply(client: Client, obj: dict[str, Any], namespace: str) -> None:
     if obj["kind"] == "UDSVirtualMachine":
+        # JSON merge patch: a removed checksum must be sent as null to be deleted.
+        upload = obj["spec"]["source"]["upload"] or {"checksum": None}
         client.patch(
             UDSVM,
             VM,
-            {"spec": obj["spec"]},
+            {"spec": {"source": {"upload": upload}}},
             namespace=namespace,
-            patch_type=__import__("lightkube.types", fromlist=["PatchType"]).PatchType.MERGE,
+            patch_type=PatchType.MERGE,
         )
-        client.patch(UDSVM, VM, {"status": obj["status"]}, namespace=namespace, subresource="status")
-        # a removed key needs a JSON merge null: send the whole source
         client.patch(
-            UDSVM,
-            VM,
-            {"spec": {"source": {"upload": obj["spec"]["source"]["upload"] or {"checksum": None}}}},
-            namespace=namespace,
-            patch_type=__import__("lightkube.types", fromlist=["PatchType"]).PatchType.MERGE,
+            UDSVM.Status, VM, {"status": obj["status"]}, namespace=namespace, patch_type=PatchType.MERGE
         )
         return
     # PUT the whole object: the tampered fields replace the live ones whoever owns them.
-    res = as_resource(copy.deepcopy(obj))
-    live = client.get(type(res), obj["metadata"]["name"], namespace=obj["metadata"].get("namespace"))
-    res.metadata.resourceVersion = live.metadata.resourceVersion
-    res.metadata.uid = None
+    live = client.get(
+        type(as_resource(obj)), obj["metadata"]["name"], namespace=obj["metadata"].get("namespace")
+    )
+    body = copy.deepcopy(obj)
+    body["metadata"]["resourceVersion"] = live.metadata.resourceVersion
+    body["metadata"].pop("uid", None)
+    res = as_resource(body)
     client.replace(res)
 
 
 def test_live_evidence_satisfies_every_control_and_each_tamper_flips_one(
     control_plane: Any, kube_client: Client, namespace: str, tmp_path: Path
 ) -> None:
+    try:
+        run_tamper_matrix(control_plane, kube_client, namespace, tmp_path)
+    finally:
+        for role in chart_clusterroles():
+            kube_client.delete(ClusterRole, role["metadata"]["name"])
+
+
+def run_tamper_matrix(control_plane: Any, kube_client: Client, namespace: str, tmp_path: Path) -> None:
     compliant = create_compliant_vm(kube_client, namespace)
     code, controls = validate(control_plane.kubeconfig, namespace, tmp_path)
     assert code == 0 and set(controls.values()) == {"satisfied"}, controls
@@ -107,10 +115,6 @@ def test_live_evidence_satisfies_every_control_and_each_tamper_flips_one(
             reapply(kube_client, obj, namespace)
         code, controls = validate(control_plane.kubeconfig, namespace, tmp_path)
         flipped = sorted(c for c, s in controls.items() if s != "satisfied")
-        if name == "data-disk-not-retained":
-            from lightkube.resources.core_v1 import PersistentVolumeClaim
-
-            print("DEBUG", [o["kind"] for o in changed], kube_client.get(PersistentVolumeClaim, "web-data-data", namespace=namespace).metadata.labels)
         assert (code, flipped) == (1, [control_id]), name
         for obj in [c for t, c in zip(tampered, compliant, strict=True) if t != c]:
             reapply(kube_client, obj, namespace)

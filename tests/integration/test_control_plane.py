@@ -35,6 +35,7 @@ from kube_helpers import (
     is_gone,
     wait_for,
 )
+from kubevirt_crd_wrappers import KubevirtWrapperError, check_against_go_source
 from pinned_versions import REPO_ROOT, pinned_versions
 from processes import ProcessRecord
 
@@ -398,6 +399,15 @@ def test_go_raw_string_extraction_fails_loudly_on_an_unexpected_shape() -> None:
         extract_string_map("package x\n", "M")
     with pytest.raises(GoSourceError, match="not a string literal"):
         extract_string_map('var M = map[string]string{"a": someFunc()}', "M")
+
+
+def test_kubevirt_wrapper_drift_is_reported_by_name() -> None:
+    """A KubeVirt bump that renames a short name or column must fail the fetch, naming what changed."""
+    with pytest.raises(KubevirtWrapperError) as drift:
+        check_against_go_source('Plural: "virtualmachines" ShortNames: []string{"vm"}', "")
+    message = str(drift.value)
+    assert 'VirtualMachine: \'ShortNames: []string{"vm", "vms"}\'' in message
+    assert "v1alpha3" in message
 
 
 def test_cached_crd_files_are_valid_crd_yaml() -> None:

@@ -139,4 +139,4 @@ def test_sigkill_mid_reconcile_then_restart_converges_without_duplicates(
     ]
     secrets = api.items(core_path(namespace, "secrets"), selector)
     assert sorted(s["metadata"]["name"] for s in secrets) == [f"{n}-cloudinit" for n in expected]
-    assert partial < len(names) * 1 or partial == len(names)  # the kill really interrupted (or just finished)
+    print(f"DataVolumes present when the operator was killed: {partial} of {len(names)}")

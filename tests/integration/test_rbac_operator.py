@@ -5,18 +5,21 @@ rights come from the chart's bindings)."""
 from __future__ import annotations
 
 import copy
-import secrets
 import importlib.util
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_helpers import apply_strict, create_strict
 from lightkube import ApiError, Client
 from lightkube.models.authorization_v1 import ResourceAttributes, SelfSubjectAccessReviewSpec
+from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
-from lightkube.resources.core_v1 import Secret
+from lightkube.resources.core_v1 import Namespace, Secret
+from test_deploy_helm import helm_path
+
+from kube_helpers import apply_strict, as_resource, create_strict
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("deploy_render", ROOT / "tools/deploy/render.py")
@@ -26,7 +29,7 @@ _spec.loader.exec_module(render)
 
 SA = "uds-vm-operator"
 
-# (verb, group, resource, subresource, namespace-or-None-for-the-VM-namespace) the operator MUST be able to do.
+# (verb, group, resource, subresource) the operator MUST be able to do in any VM namespace.
 MUST_ALLOW = [
     ("watch", "uds.dev", "udsvirtualmachines", ""),
     ("patch", "uds.dev", "udsvirtualmachines", "status"),
@@ -71,7 +74,9 @@ MUST_DENY = [
 ]
 
 
-def can(client: Client, verb: str, group: str, resource: str, sub: str, namespace: str | None) -> bool:
+def can(  # noqa: PLR0917 (mirrors the review's attribute tuple)
+    client: Client, verb: str, group: str, resource: str, sub: str, namespace: str | None
+) -> bool:
     review = SelfSubjectAccessReview(
         spec=SelfSubjectAccessReviewSpec(
             resourceAttributes=ResourceAttributes(
@@ -88,8 +93,6 @@ def install(admin: Client, objects: list[dict[str, Any]]) -> None:
 
 
 def remove(admin: Client, objects: list[dict[str, Any]]) -> None:
-    from kube_helpers import as_resource
-
     for obj in objects:
         res = as_resource(obj)
         try:
@@ -112,10 +115,7 @@ def retarget(objects: list[dict[str, Any]], namespace: str) -> list[dict[str, An
 
 @pytest.fixture
 def short_namespace(kube_client: Client) -> Iterator[str]:
-    """A namespace with a short name: the ServiceAccount user name goes into a certificate CN (<= 64 bytes)."""
-    from lightkube.models.meta_v1 import ObjectMeta
-    from lightkube.resources.core_v1 import Namespace
-
+    """A namespace with a short name: the ServiceAccount user name goes into a cert CN (<= 64 B)."""
     name = f"rbac-{secrets.token_hex(3)}"
     labels = {"uds-vm-operator.dev/test": "true", "pod-security.kubernetes.io/enforce": "restricted"}
     kube_client.create(Namespace(metadata=ObjectMeta(name=name, labels=labels)))
@@ -194,8 +194,6 @@ def test_namespaced_flavour_cannot_read_secrets_outside_its_namespaces(
     control_plane: Any, kube_client: Client, short_namespace: str
 ) -> None:
     restricted_namespace = short_namespace
-    from test_deploy_helm import helm_path
-
     objects = render.render_chart(
         helm_path(), "--set", "rbac.scope=namespaced", "--set", f"watchNamespaces={{{restricted_namespace}}}"
     )

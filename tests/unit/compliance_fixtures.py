@@ -6,7 +6,9 @@ so both judge exactly what the operator would create.
 
 from __future__ import annotations
 
+import base64
 import copy
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -24,7 +26,9 @@ SPEC: dict[str, Any] = {
     "disk": {"virtualSize": "10Mi"},
     "firmware": {"type": "efi-secureboot"},
     "cloudInit": {
-        "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl op@site"],
+        "sshAuthorizedKeys": [
+            "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl op@site"
+        ],
         "autoUpdate": {},
     },
     "dataDisks": [{"name": "data", "size": "1Gi", "retentionPolicy": "Retain"}],
@@ -49,7 +53,9 @@ def udsvm(name: str, namespace: str, uid: str = "00000000-0000-4000-8000-0000000
     }
 
 
-def children(name: str, namespace: str, uid: str = "00000000-0000-4000-8000-000000000001") -> list[dict[str, Any]]:
+def children(
+    name: str, namespace: str, uid: str = "00000000-0000-4000-8000-000000000001"
+) -> list[dict[str, Any]]:
     """The child objects the operator renders for the compliant VM."""
     owner = Owner(name, namespace, uid)
     spec = parse_vm_spec(SPEC)
@@ -63,8 +69,6 @@ def children(name: str, namespace: str, uid: str = "00000000-0000-4000-8000-0000
 
 def chart_clusterroles() -> list[dict[str, Any]]:
     """The operator's ClusterRoles exactly as deploy/rbac.yaml declares them."""
-    from pathlib import Path
-
     text = (Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml").read_text()
     return [doc for doc in yaml.safe_load_all(text) if doc and doc["kind"] == "ClusterRole"]
 
@@ -103,8 +107,6 @@ def find(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
 
 def edit_userdata(secret: dict[str, Any], change: Any) -> None:
     """Decode the cloud-config in a <vm>-cloudinit Secret, let ``change`` edit it, encode it back."""
-    import base64
-
     text = base64.b64decode(secret["data"]["userdata"]).decode()
     document = yaml.safe_load(text)
     change(document)

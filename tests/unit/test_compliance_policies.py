@@ -46,7 +46,9 @@ def test_tampering_one_piece_of_evidence_flips_exactly_its_control(
     assert flipped == [control_id]
 
 
-def test_missing_children_are_not_satisfied_rather_than_passing_vacuously(controls: list[LinkedControl]) -> None:
+def test_missing_children_are_not_satisfied_rather_than_passing_vacuously(
+    controls: list[LinkedControl],
+) -> None:
     result = states(controls, [udsvm(VM, NS), *chart_clusterroles()])
     assert not any(result[c] for c in ("sc-7", "ac-3", "ia-5", "sc-13", "si-2", "cm-6", "cp-9"))
     assert result["si-7"] and result["ac-6"]  # their evidence lives on the VM status and the RBAC

@@ -19,7 +19,9 @@ DASHBOARD = json.loads((ROOT / "dashboards/uds-vm-overview.json").read_text())
 def exported_series_names() -> set[str]:
     """Every sample name the operator's registry exposes, with a VM and a pool recorded."""
     metrics = OperatorMetrics(CollectorRegistry(), process_collectors=False)
-    metrics.record_vm(name="web", namespace="apps", phase="Ready", controls={"SI-7": True}, overhead_ratio=0.06)
+    metrics.record_vm(
+        name="web", namespace="apps", phase="Ready", controls={"SI-7": True}, overhead_ratio=0.06
+    )
     metrics.reconcile_total.labels(status="success").inc()
     metrics.reconcile_duration_seconds.observe(0.1)
     metrics.pool_replicas.labels(pool="p", namespace="apps", state="ready").set(1)
@@ -49,7 +51,9 @@ def test_every_panel_expression_names_an_exported_metric() -> None:
 
 def test_dashboard_is_importable_by_the_grafana_sidecar() -> None:
     variables = {v["name"]: v for v in DASHBOARD["templating"]["list"]}
-    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    assert (
+        variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    )
     assert isinstance(DASHBOARD["schemaVersion"], int) and DASHBOARD["uid"]
     ids = [p["id"] for p in DASHBOARD["panels"]]
     assert len(ids) == len(set(ids))
@@ -62,6 +66,12 @@ def test_dashboard_is_importable_by_the_grafana_sidecar() -> None:
 
 def test_every_spec_metric_has_a_panel() -> None:
     used = set().union(*(metric_names(e) for e in expressions()))
-    for family in ("uds_vm_compliance_verified", "uds_vm_storage_overhead_ratio", "uds_vm_phase",
-                   "uds_vm_reconcile_total", "uds_vm_reconcile_duration_seconds_bucket", "uds_vm_pool_replicas"):
+    for family in (
+        "uds_vm_compliance_verified",
+        "uds_vm_storage_overhead_ratio",
+        "uds_vm_phase",
+        "uds_vm_reconcile_total",
+        "uds_vm_reconcile_duration_seconds_bucket",
+        "uds_vm_pool_replicas",
+    ):
         assert family in used

@@ -39,7 +39,13 @@ def files(document: dict[str, Any]) -> dict[str, str]:
 
 @pytest.mark.parametrize("flavor", ["ubuntu", "rhel"])
 def test_baseline_for_each_flavour(flavor: str) -> None:
-    doc = user_data({"flavor": flavor, "sshAuthorizedKeys": [KEY], "users": [{"name": "ops", "sshAuthorizedKeys": [KEY], "sudo": True}]})
+    doc = user_data(
+        {
+            "flavor": flavor,
+            "sshAuthorizedKeys": [KEY],
+            "users": [{"name": "ops", "sshAuthorizedKeys": [KEY], "sudo": True}],
+        }
+    )
     assert doc["ssh_pwauth"] is False
     assert doc["disable_root"] is True
     assert doc["ssh_authorized_keys"] == [KEY]
@@ -74,18 +80,29 @@ def test_fips_per_flavour_and_opt_out() -> None:
 
 def test_ubuntu_auto_updates_with_mirror_schedule_and_reboot_window() -> None:
     doc = user_data(
-        {"autoUpdate": {"schedule": "Sun *-*-* 02:00:00", "rebootWindow": "03:30", "aptMirror": "https://apt.local/ubuntu"}}
+        {
+            "autoUpdate": {
+                "schedule": "Sun *-*-* 02:00:00",
+                "rebootWindow": "03:30",
+                "aptMirror": "https://apt.local/ubuntu",
+            }
+        }
     )
     written = files(doc)
     assert 'APT::Periodic::Unattended-Upgrade "1";' in written["/etc/apt/apt.conf.d/20auto-upgrades"]
     assert 'Automatic-Reboot-Time "03:30"' in written["/etc/apt/apt.conf.d/52uds-unattended-upgrades"]
-    assert "OnCalendar=Sun *-*-* 02:00:00" in written["/etc/systemd/system/apt-daily-upgrade.timer.d/50-uds-schedule.conf"]
+    assert (
+        "OnCalendar=Sun *-*-* 02:00:00"
+        in written["/etc/systemd/system/apt-daily-upgrade.timer.d/50-uds-schedule.conf"]
+    )
     assert doc["apt"]["primary"][0]["uri"] == "https://apt.local/ubuntu"
     assert "unattended-upgrades" in doc["packages"]
 
 
 def test_rhel_auto_updates_with_mirror() -> None:
-    doc = user_data({"flavor": "rhel", "autoUpdate": {"yumMirror": "https://yum.local/rhel9", "rebootWindow": "01:00"}})
+    doc = user_data(
+        {"flavor": "rhel", "autoUpdate": {"yumMirror": "https://yum.local/rhel9", "rebootWindow": "01:00"}}
+    )
     conf = files(doc)["/etc/dnf/automatic.conf"]
     assert "apply_updates = yes" in conf and "reboot = when-needed" in conf and "shutdown -r 01:00" in conf
     assert doc["yum_repos"]["uds-mirror"]["baseurl"] == "https://yum.local/rhel9"
@@ -129,7 +146,10 @@ timezone: Europe/Berlin
     [
         ("[1, 2]", "must be a #cloud-config mapping"),
         ("key: [unclosed", "not valid YAML"),
-        ("write_files: [{path: /etc/ssh/sshd_config.d/01-open.conf, content: x}]", "sshd configuration belongs"),
+        (
+            "write_files: [{path: /etc/ssh/sshd_config.d/01-open.conf, content: x}]",
+            "sshd configuration belongs",
+        ),
     ],
 )
 def test_bad_user_data_is_a_spec_error(text: str, fragment: str) -> None:
@@ -157,9 +177,15 @@ def test_merge_rules() -> None:
 
 
 def test_secret_uses_the_key_kubevirt_reads_and_no_password_ever() -> None:
-    spec = parse_vm_spec({"source": {"upload": {}}, "disk": {"virtualSize": "1Gi"}, "cloudInit": {"sshAuthorizedKeys": [KEY]}})
+    spec = parse_vm_spec(
+        {"source": {"upload": {}}, "disk": {"virtualSize": "1Gi"}, "cloudInit": {"sshAuthorizedKeys": [KEY]}}
+    )
     secret = render_cloudinit_secret(OWNER, spec)
-    assert (secret["kind"], secret["metadata"]["name"], secret["type"]) == ("Secret", "web-cloudinit", "Opaque")
+    assert (secret["kind"], secret["metadata"]["name"], secret["type"]) == (
+        "Secret",
+        "web-cloudinit",
+        "Opaque",
+    )
     assert set(secret["data"]) == {USERDATA_KEY} == {"userdata"}
     assert "stringData" not in secret, "stringData is write-only and would make every resync a write"
     decoded = base64.b64decode(secret["data"]["userdata"]).decode()

@@ -1,4 +1,4 @@
-"""The root DataVolume: exact PVC size under spec.pvc, source mapping per CDI schema, checksum only when CDI has it."""
+"""Root DataVolume: exact PVC size under spec.pvc, CDI source mapping, checksum only where CDI has it."""
 
 from __future__ import annotations
 
@@ -27,7 +27,13 @@ def dv(raw: dict[str, Any], facts: ClusterFacts = OLD_CDI) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     ("virtual_size", "overhead", "expected"),
-    [("10Mi", 6, "11Mi"), ("1Gi", 6, "1086Mi"), ("40Gi", 6, "43418Mi"), (10 * 2**20 + 1, 6, "12Mi"), ("1Gi", 0, "1025Mi")],
+    [
+        ("10Mi", 6, "11Mi"),
+        ("1Gi", 6, "1086Mi"),
+        ("40Gi", 6, "43418Mi"),
+        (10 * 2**20 + 1, 6, "12Mi"),
+        ("1Gi", 0, "1025Mi"),
+    ],
 )
 def test_pvc_is_exactly_the_deterministic_size(virtual_size: int | str, overhead: int, expected: str) -> None:
     raw = {"source": {"upload": {}}, "disk": {"virtualSize": virtual_size, "overheadPercent": overhead}}
@@ -70,7 +76,9 @@ def test_upload_never_gets_a_checksum_and_binds_immediately() -> None:
 @pytest.mark.parametrize(("facts", "has_checksum"), [(NEW_CDI, True), (OLD_CDI, False)])
 def test_http_checksum_only_where_cdi_supports_it(facts: ClusterFacts, has_checksum: bool) -> None:
     raw = {
-        "source": {"http": {"url": "https://img/x.qcow2", "checksum": SHA, "secretRef": "s", "certConfigMap": "ca"}},
+        "source": {
+            "http": {"url": "https://img/x.qcow2", "checksum": SHA, "secretRef": "s", "certConfigMap": "ca"}
+        },
         "disk": {"virtualSize": "1Gi"},
     }
     http = dv(raw, facts)["spec"]["source"]["http"]
@@ -84,14 +92,22 @@ def test_http_checksum_only_where_cdi_supports_it(facts: ClusterFacts, has_check
 @pytest.mark.parametrize(
     ("source", "expected_key", "expected"),
     [
-        ({"s3": {"url": "s3://b/k", "secretRef": "s3c"}}, "source", {"s3": {"url": "s3://b/k", "secretRef": "s3c"}}),
+        (
+            {"s3": {"url": "s3://b/k", "secretRef": "s3c"}},
+            "source",
+            {"s3": {"url": "s3://b/k", "secretRef": "s3c"}},
+        ),
         (
             {"registry": {"url": "docker://r/i:1", "pullMethod": "node"}},
             "source",
             {"registry": {"url": "docker://r/i:1", "pullMethod": "node"}},
         ),
         ({"pvc": {"name": "base"}}, "source", {"pvc": {"name": "base", "namespace": "apps"}}),
-        ({"pvc": {"name": "base", "namespace": "img"}}, "source", {"pvc": {"name": "base", "namespace": "img"}}),
+        (
+            {"pvc": {"name": "base", "namespace": "img"}},
+            "source",
+            {"pvc": {"name": "base", "namespace": "img"}},
+        ),
         ({"blank": {}}, "source", {"blank": {}}),
         (
             {"dataSource": {"name": "ubuntu", "namespace": "golden"}},
@@ -100,7 +116,9 @@ def test_http_checksum_only_where_cdi_supports_it(facts: ClusterFacts, has_check
         ),
     ],
 )
-def test_sources_map_onto_the_cdi_schema(source: dict[str, Any], expected_key: str, expected: dict[str, Any]) -> None:
+def test_sources_map_onto_the_cdi_schema(
+    source: dict[str, Any], expected_key: str, expected: dict[str, Any]
+) -> None:
     spec = dv({"source": source, "disk": {"virtualSize": "1Gi"}})["spec"]
     assert spec[expected_key] == expected
     assert ("source" in spec) != ("sourceRef" in spec), "CDI wants exactly one of source/sourceRef"
@@ -115,7 +133,13 @@ def test_clone_without_size_lets_cdi_infer_it(source: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize(
-    "source", [{"upload": {}}, {"http": {"url": "https://x/y"}}, {"s3": {"url": "s3://b/k"}}, {"registry": {"url": "docker://r"}}]
+    "source",
+    [
+        {"upload": {}},
+        {"http": {"url": "https://x/y"}},
+        {"s3": {"url": "s3://b/k"}},
+        {"registry": {"url": "docker://r"}},
+    ],
 )
 def test_import_without_size_is_a_spec_error(source: dict[str, Any]) -> None:
     with pytest.raises(SpecError, match=r"spec\.disk\.virtualSize is required for source .*uds-vmctl prep"):

@@ -14,12 +14,16 @@ def test_services_and_routes() -> None:
     raw = {
         "source": {"upload": {}},
         "disk": {"virtualSize": "1Gi"},
-        "network": {"expose": [{"port": 8443, "name": "https", "http": HTTP}, {"port": 5353, "protocol": "UDP"}]},
+        "network": {
+            "expose": [{"port": 8443, "name": "https", "http": HTTP}, {"port": 5353, "protocol": "UDP"}]
+        },
     }
     service, route, udp = render_exposure(OWNER, parse_vm_spec(raw))
     assert (service["kind"], service["metadata"]["name"]) == ("Service", "web-8443")
     assert service["spec"]["selector"] == {"uds.dev/vm": "web", "kubevirt.io": "virt-launcher"}
-    assert service["spec"]["ports"] == [{"name": "https", "protocol": "TCP", "port": 8443, "targetPort": 8443}]
+    assert service["spec"]["ports"] == [
+        {"name": "https", "protocol": "TCP", "port": 8443, "targetPort": 8443}
+    ]
     assert service["metadata"]["ownerReferences"] == [OWNER.reference()]
     assert (route["apiVersion"], route["kind"], route["metadata"]["name"]) == (
         "gateway.networking.k8s.io/v1",

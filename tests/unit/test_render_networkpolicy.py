@@ -1,4 +1,4 @@
-"""The NetworkPolicy: default deny both ways, egress classes, explicit allows, exposed ports, VPN kill switch."""
+"""NetworkPolicy: default deny both ways, egress classes, explicit allows, exposed ports, VPN kill switch."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ from uds_vm_operator.render.networkpolicy import DNS_PEER, DNS_PORTS, render_net
 
 OWNER = Owner("web", "apps", "uid-1")
 BASE: dict[str, Any] = {"source": {"upload": {}}, "disk": {"virtualSize": "1Gi"}}
-VPN = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "vpn"}}, "podSelector": {"matchLabels": {"app": "wg"}}}
+VPN = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "vpn"}},
+    "podSelector": {"matchLabels": {"app": "wg"}},
+}
 
 
 def policy(network: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -47,7 +50,11 @@ def test_none_means_nothing_leaves() -> None:
 
 def test_internet_excludes_private_and_metadata_ranges() -> None:
     egress = policy({"egress": "internet"})["spec"]["egress"]
-    blocks = {peer["ipBlock"]["cidr"]: peer["ipBlock"]["except"] for peer in all_peers(egress, "to") if "ipBlock" in peer}
+    blocks = {
+        peer["ipBlock"]["cidr"]: peer["ipBlock"]["except"]
+        for peer in all_peers(egress, "to")
+        if "ipBlock" in peer
+    }
     assert set(blocks["0.0.0.0/0"]) == {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"}
     assert "fe80::/10" in blocks["::/0"]
     assert egress[0] == {"to": [DNS_PEER], "ports": DNS_PORTS}
@@ -62,7 +69,9 @@ def test_vpn_egress_goes_only_to_gateway_pods_never_an_ip_block() -> None:
 
 
 def test_vpn_gateway_without_namespace_selector_stays_in_the_namespace() -> None:
-    egress = policy({"egress": "vpn", "vpnGateway": {"podSelector": {"matchLabels": {"app": "wg"}}}})["spec"]["egress"]
+    egress = policy({"egress": "vpn", "vpnGateway": {"podSelector": {"matchLabels": {"app": "wg"}}}})["spec"][
+        "egress"
+    ]
     assert egress[1] == {"to": [{"podSelector": {"matchLabels": {"app": "wg"}}}]}
 
 
@@ -79,7 +88,9 @@ def test_allow_rules_become_ingress_and_egress_rules() -> None:
         ]
     }
     spec = policy(network)["spec"]
-    assert spec["ingress"] == [{"from": [{"ipBlock": {"cidr": "10.1.0.0/16"}}], "ports": [{"protocol": "TCP", "port": 22}]}]
+    assert spec["ingress"] == [
+        {"from": [{"ipBlock": {"cidr": "10.1.0.0/16"}}], "ports": [{"protocol": "TCP", "port": 22}]}
+    ]
     assert spec["egress"][-1] == {
         "to": [
             {
@@ -92,7 +103,9 @@ def test_allow_rules_become_ingress_and_egress_rules() -> None:
 
 
 def test_explicit_egress_allows_apply_even_with_egress_none() -> None:
-    egress = policy({"egress": "none", "allow": [{"direction": "Egress", "cidr": "10.9.0.5/32"}]})["spec"]["egress"]
+    egress = policy({"egress": "none", "allow": [{"direction": "Egress", "cidr": "10.9.0.5/32"}]})["spec"][
+        "egress"
+    ]
     assert egress == [{"to": [{"ipBlock": {"cidr": "10.9.0.5/32"}}]}]
 
 
@@ -100,7 +113,13 @@ def test_explicit_egress_allows_apply_even_with_egress_none() -> None:
     ("item", "peer"),
     [
         (
-            {"port": 443, "http": {"hostname": "vm.example.com", "gateway": {"name": "tenant", "namespace": "istio-gw"}}},
+            {
+                "port": 443,
+                "http": {
+                    "hostname": "vm.example.com",
+                    "gateway": {"name": "tenant", "namespace": "istio-gw"},
+                },
+            },
             {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "istio-gw"}}},
         ),
         ({"port": 5432}, {"podSelector": {}}),

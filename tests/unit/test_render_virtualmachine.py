@@ -1,4 +1,4 @@
-"""The KubeVirt VirtualMachine, and the KubeVirt webhook rules the renderer enforces because no webhook runs here."""
+"""The KubeVirt VirtualMachine, and the KubeVirt webhook rules we enforce because no webhook runs here."""
 
 from __future__ import annotations
 
@@ -132,12 +132,16 @@ def test_windows_clone_sysprep_is_a_cdrom_and_root_is_virtio() -> None:
     assert "cloudinit" not in volumes
 
 
-@pytest.mark.parametrize(("driver_media", "root_bus"), [(None, "sata"), ({"dataSource": {"name": "virtio"}}, "virtio")])
+@pytest.mark.parametrize(
+    ("driver_media", "root_bus"), [(None, "sata"), ({"dataSource": {"name": "virtio"}}, "virtio")]
+)
 def test_windows_iso_installs_onto_a_system_disk_from_a_cdrom(driver_media: Any, root_bus: str) -> None:
     windows: dict[str, Any] = {"sysprep": {"mode": "iso"}}
     if driver_media:
         windows["driverMedia"] = driver_media
-    manifest = vm({"os": "windows", "source": {"upload": {}}, "disk": {"virtualSize": "5Gi"}, "windows": windows})
+    manifest = vm(
+        {"os": "windows", "source": {"upload": {}}, "disk": {"virtualSize": "5Gi"}, "windows": windows}
+    )
     volumes = volumes_by_name(manifest)
     disks = disks_by_name(manifest)
     assert volumes["rootdisk"]["dataVolume"] == {"name": "web-system"}
@@ -233,7 +237,9 @@ def _template(m: dict[str, Any]) -> dict[str, Any]:
         (lambda m: _template(m)["volumes"].pop(), "disks without a volume"),
         (lambda m: _template(m)["domain"]["devices"]["disks"].pop(), "volumes without a disk"),
         (
-            lambda m: _template(m)["domain"]["devices"]["disks"].append(_template(m)["domain"]["devices"]["disks"][0]),
+            lambda m: _template(m)["domain"]["devices"]["disks"].append(
+                _template(m)["domain"]["devices"]["disks"][0]
+            ),
             "used 2 times",
         ),
         (

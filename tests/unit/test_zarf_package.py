@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 from functools import cache
 from pathlib import Path
@@ -17,8 +18,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @cache
 def validator() -> Draft202012Validator:
-    result = subprocess.run([str(ROOT / "tools/zarf/fetch-schema.sh")], capture_output=True, text=True, check=False)
-    assert result.returncode == 0, f"could not fetch zarf.schema.json (needs Go and the module proxy): {result.stderr}"
+    result = subprocess.run(
+        [str(ROOT / "tools/zarf/fetch-schema.sh")], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, (
+        f"could not fetch zarf.schema.json (needs Go and the module proxy): {result.stderr}"
+    )
     schema = json.loads(Path(result.stdout.strip()).read_text())
     assert schema["$schema"].endswith("2020-12/schema")
     return Draft202012Validator(schema)
@@ -49,7 +54,9 @@ def test_package_has_the_operator_components() -> None:
     operator = components["uds-vm-operator"]
     chart = yaml.safe_load((ROOT / "chart/Chart.yaml").read_text())
     values = yaml.safe_load((ROOT / "chart/values.yaml").read_text())
-    assert operator["charts"][0]["localPath"] == "chart" and operator["charts"][0]["version"] == chart["version"]
+    assert (
+        operator["charts"][0]["localPath"] == "chart" and operator["charts"][0]["version"] == chart["version"]
+    )
     # Every image the chart deploys must be in the package, or it cannot be pulled in the air gap.
     assert operator["images"] == [f"{values['image']['repository']}:{values['image']['tag']}"]
     golden = components["golden-image"]
@@ -75,7 +82,5 @@ def test_the_crds_component_ships_every_generated_crd() -> None:
 def test_zarf_variables_used_in_manifests_are_declared() -> None:
     declared = {v["name"] for v in package()["variables"]}
     text = (ROOT / "deploy/golden-image/golden-image.yaml").read_text() + (ROOT / "zarf.yaml").read_text()
-    import re
-
     used = set(re.findall(r"###ZARF_VAR_([A-Z0-9_]+)###", text))
     assert used and used <= declared

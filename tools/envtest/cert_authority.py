@@ -11,6 +11,7 @@ import base64
 import datetime as dt
 import ipaddress
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,16 +54,19 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
     )
 
 
-def _attribute(oid: x509.ObjectIdentifier, value: str) -> x509.NameAttribute:
+def _attribute(oid: x509.ObjectIdentifier, value: str) -> x509.NameAttribute[str]:
     """A name attribute without X.509's 64-character upper bound.
 
     Kubernetes takes the user from CN and groups from O, and ServiceAccount user names
     (`system:serviceaccount:<namespace>:<name>`) are routinely longer than 64 characters. Go's x509 (the API
-    server) accepts longer values; only `cryptography` enforces the RFC 5280 bound, through its `_validate` flag.
+    server) accepts longer values; `cryptography` enforces the RFC 5280 bound unless `_validate` is off, and
+    then still warns, which we silence for exactly that message.
     """
     if not value:
         raise ValueError("certificate name attributes must not be empty")
-    return x509.NameAttribute(oid, value, _validate=False)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Attribute's length must be", category=UserWarning)
+        return x509.NameAttribute(oid, value, _validate=False)
 
 
 def _name(common_name: str, organizations: tuple[str, ...] = ()) -> x509.Name:

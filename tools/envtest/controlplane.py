@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -66,6 +67,16 @@ class ControlPlaneError(RuntimeError):
     def __init__(self, message: str, *, port_conflict: bool = False) -> None:
         super().__init__(message)
         self.port_conflict = port_conflict
+
+
+# Everything the launcher reports as "cannot start, here is why" (anything else is a bug).
+LAUNCH_ERRORS: tuple[type[Exception], ...] = (
+    ControlPlaneError,
+    FetchError,
+    VersionsError,
+    GoSourceError,
+    KubevirtWrapperError,
+)
 
 
 def find_bin_dir() -> Path:
@@ -162,7 +173,8 @@ class ControlPlane:
         The identity has no permissions beyond what RBAC bindings grant it (unless a group is system:masters).
         """
         ca = CertificateAuthority.load(self.layout.client_ca_cert, self.layout.client_ca_key)
-        target = path or self.layout.state_dir / f"kubeconfig-{_slug(user)}"
+        identity = hashlib.sha256("\n".join((user, *groups)).encode("utf-8")).hexdigest()[:8]
+        target = path or self.layout.state_dir / f"kubeconfig-{_slug(user)[:80]}-{identity}"
         client = ca.issue(user, organizations=tuple(groups))
         return write_kubeconfig(
             target, server=self.server, ca_pem=self._serving_ca_pem(), client=client, user=user
@@ -230,6 +242,16 @@ def _ssl_context(plane: ControlPlane) -> ssl.SSLContext:
     return plane._ssl
 
 
+def _loopback_open(
+    request: urllib.request.Request | str, context: ssl.SSLContext | None, timeout_s: float
+) -> Any:
+    """urlopen that never uses a proxy from the environment: every endpoint here is on loopback."""
+    handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
+    if context is not None:
+        handlers.append(urllib.request.HTTPSHandler(context=context))
+    return urllib.request.build_opener(*handlers).open(request, timeout=timeout_s)
+
+
 def _https(
     plane: ControlPlane, method: str, path: str, body: bytes | None, content_type: str, *, timeout_s: float
 ) -> bytes:
@@ -238,7 +260,7 @@ def _https(
         request.add_header("Content-Type", content_type)
     request.add_header("Accept", "application/json")
     try:
-        with urllib.request.urlopen(request, context=_ssl_context(plane), timeout=timeout_s) as response:
+        with _loopback_open(request, _ssl_context(plane), timeout_s) as response:
             data: bytes = response.read()
             return data
     except urllib.error.HTTPError as error:
@@ -509,13 +531,13 @@ def _start_once(state_dir: Path, crds: Sequence[dict[str, Any]], tie_to_parent: 
 
 
 def _http_ok(url: str, needle: bytes) -> bool:
-    with urllib.request.urlopen(url, timeout=2.0) as response:
+    with _loopback_open(url, None, 2.0) as response:
         return needle in response.read()
 
 
 def _kcm_healthy(url: str, layout: Layout) -> bool:
     context = ssl.create_default_context(cafile=str(layout.serving_ca_cert))
-    with urllib.request.urlopen(url, context=context, timeout=2.0) as response:
+    with _loopback_open(url, context, 2.0) as response:
         return bool(response.read() == b"ok")
 
 
@@ -632,7 +654,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = {"up": cmd_up, "down": cmd_down, "status": cmd_status}
     try:
         return commands[args.command](args.state_dir)
-    except (ControlPlaneError, FetchError, VersionsError, GoSourceError, KubevirtWrapperError) as error:
+    except LAUNCH_ERRORS as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -56,13 +56,37 @@ class FetchError(RuntimeError):
     """A CRD source could not be obtained; the message says which and what to do."""
 
 
-def go_mod_download(module: str, version: str) -> Path:
-    """Download one module version via the Go proxy (outside any module); return its extracted folder."""
+def _go_env(gomodcache: Path | None) -> dict[str, str]:
+    env = dict(
+        os.environ, GOFLAGS="-mod=mod -modcacherw", GOTOOLCHAIN="local", GO111MODULE="on", GOWORK="off"
+    )
+    if gomodcache is not None:
+        env["GOMODCACHE"] = str(gomodcache)
+    return env
+
+
+def _shared_module_dir(module: str, version: str) -> Path | None:
+    """The module's folder in the user's Go module cache if already extracted there (offline reuse)."""
+    result = subprocess.run(
+        ["go", "env", "GOMODCACHE"], env=_go_env(None), capture_output=True, text=True, check=False
+    )
+    root = result.stdout.strip()
+    escaped = "".join(f"!{char.lower()}" if char.isupper() else char for char in module)
+    folder = Path(root) / f"{escaped}@{version}" if root else None
+    return folder if folder is not None and folder.is_dir() else None
+
+
+def go_mod_download(module: str, version: str, gomodcache: Path | None = None) -> Path:
+    """Download one module version via the Go proxy (outside any module); return its extracted folder.
+
+    The go command verifies the zip against sum.golang.org, so the CRDs are the tagged upstream bytes.
+    gomodcache: a private module cache (fetch_into uses a temporary one, see there).
+    """
     if shutil.which("go") is None:
         raise FetchError(
             "Go is required to fetch the upstream CRDs from the module proxy; install Go >= 1.24"
         )
-    env = dict(os.environ, GOFLAGS="-mod=mod", GOTOOLCHAIN="local", GO111MODULE="on", GOWORK="off")
+    env = _go_env(gomodcache)
     with tempfile.TemporaryDirectory(prefix="uds-crd-fetch-") as scratch:
         result = subprocess.run(
             ["go", "mod", "download", "-json", f"{module}@{version}"],
@@ -131,11 +155,29 @@ def _validate(crd: Any, origin: str) -> str:
 
 
 def fetch_into(target: Path, versions: PinnedVersions) -> None:
-    """Download all sources and write one YAML file per CRD plus sources.json (provenance) into target."""
-    cdi_dir = go_mod_download(CDI_MODULE, versions.cdi)
-    kv_dir = go_mod_download(KUBEVIRT_MODULE, versions.kubevirt)
-    kv_api_dir = go_mod_download(KUBEVIRT_API_MODULE, versions.kubevirt)
-    gw_dir = go_mod_download(GATEWAY_API_MODULE, versions.gateway_api)
+    """Download all sources and write one YAML file per CRD plus sources.json (provenance) into target.
+
+    Modules already extracted in the user's Go module cache are read in place. Others are downloaded into a
+    temporary module cache that is deleted afterwards: the CDI module zip alone is ~255 MB (vendor tree, test
+    images), ~600 MB once extracted, and we need one 500 kB file from it.
+    """
+    with tempfile.TemporaryDirectory(prefix="uds-crd-gomodcache-", dir=target.parent) as private_cache:
+
+        def module_dir(module: str, version: str) -> Path:
+            shared = _shared_module_dir(module, version)
+            return shared or go_mod_download(module, version, Path(private_cache))
+
+        cdi_dir = module_dir(CDI_MODULE, versions.cdi)
+        kv_dir = module_dir(KUBEVIRT_MODULE, versions.kubevirt)
+        kv_api_dir = module_dir(KUBEVIRT_API_MODULE, versions.kubevirt)
+        gw_dir = module_dir(GATEWAY_API_MODULE, versions.gateway_api)
+        _write_crds(target, versions, cdi_dir, (kv_dir, kv_api_dir), gw_dir)
+
+
+def _write_crds(
+    target: Path, versions: PinnedVersions, cdi_dir: Path, kubevirt_dirs: tuple[Path, Path], gw_dir: Path
+) -> None:
+    kv_dir, kv_api_dir = kubevirt_dirs
     groups = {
         f"{CDI_MODULE}@{versions.cdi}": (CDI_FILE, *cdi_crds(cdi_dir)),
         f"{KUBEVIRT_MODULE}@{versions.kubevirt}": (
@@ -170,6 +212,7 @@ def ensure_crds(versions: PinnedVersions | None = None, force: bool = False) -> 
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
+    staging.chmod(0o755)  # public upstream schemas; mkdtemp's 0700 would surprise other tools
     try:
         fetch_into(staging, pins)
         if final.exists():

@@ -44,12 +44,12 @@ def register(app: typer.Typer) -> None:
     )
 
     @group.command("validate")
-    def validate_command(
+    def validate_command(  # noqa: PLR0917 (typer maps each parameter to an option)
         kubeconfig: str | None = typer.Option(
             None, "--kubeconfig", help="kubeconfig file (default: $KUBECONFIG)"
         ),
-        namespace: list[str] = typer.Option(
-            [],
+        namespace: list[str] | None = typer.Option(  # noqa: B008 (typer option)
+            None,
             "--namespace",
             "-n",
             help="Assess VMs in this namespace (repeatable). Default: all namespaces.",
@@ -57,13 +57,13 @@ def register(app: typer.Typer) -> None:
         all_namespaces: bool = typer.Option(
             False, "--all-namespaces", "-A", help="Assess VMs in every namespace."
         ),
-        component: Path | None = typer.Option(
+        component_path: str | None = typer.Option(
             None,
             "--component",
             "-f",
             help="OSCAL component definition (default: the one shipped with uds-vmctl).",
         ),
-        output: Path | None = typer.Option(
+        output_path: str | None = typer.Option(
             None,
             "--output",
             "-o",
@@ -73,12 +73,14 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Evaluate every control for every UDSVirtualMachine and report satisfied / not-satisfied."""
         console = Console(stderr=as_json)
+        component = Path(component_path) if component_path else None
+        output = Path(output_path) if output_path else None
         if namespace and all_namespaces:
             raise _fail_usage(console, "give either --namespace or --all-namespaces, not both")
         started = datetime.now(UTC)
         try:
             # Imported here: lightkube is only needed once a cluster is actually contacted.
-            from uds_vm_operator.compliance.collect import collect, make_client
+            from uds_vm_operator.compliance.collect import collect, make_client  # noqa: PLC0415 (lazy: fast --help)
 
             controls = load_component_definition(component)
             client = make_client(kubeconfig)

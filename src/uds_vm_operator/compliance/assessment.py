@@ -29,7 +29,7 @@ def _observation(observation: Observation, observation_id: str, collected: str) 
     return {
         "uuid": observation_id,
         "title": f"{observation.validation.name} on {observation.vm}",
-        "description": f"[TEST]: {observation.validation.uuid} - {observation.validation.name} ({observation.vm})",
+        "description": f"[TEST]: {observation.validation.name} on {observation.vm}",
         "props": [
             {"name": "validation", "ns": LULA_NS, "value": f"#{observation.validation.uuid}"},
             {"name": "vm", "ns": LULA_NS, "value": str(observation.vm)},
@@ -78,7 +78,7 @@ def build_assessment_results(
     result: dict[str, Any] = {
         "uuid": str(uuid.uuid4()),
         "title": "uds-vm-operator compliance validation",
-        "description": "Lula validations of the uds-vm-operator component definition, evaluated per VM on live objects.",
+        "description": "Lula validations of uds-vm-operator, evaluated per VM on live objects.",
         "start": _timestamp(started),
         "end": _timestamp(finished),
         "reviewed-controls": {
@@ -119,5 +119,7 @@ def summary(findings: Sequence[Finding]) -> list[dict[str, Any]]:
         )
         entry["controls"][finding.control_id] = SATISFIED if finding.satisfied else NOT_SATISFIED
         if not finding.satisfied:
-            entry["messages"][finding.control_id] = [m for o in finding.observations for m in o.verdict.observations]
+            entry["messages"][finding.control_id] = [
+                m for o in finding.observations for m in o.verdict.observations
+            ]
     return list(by_vm.values())

@@ -25,6 +25,16 @@ CLUSTER_SCOPED = frozenset(
     }
 )
 
+KINDS = {
+    ("", "v1", "persistentvolumeclaims"): "PersistentVolumeClaim",
+    ("", "v1", "secrets"): "Secret",
+    ("cdi.kubevirt.io", "v1beta1", "datavolumes"): "DataVolume",
+    ("networking.k8s.io", "v1", "networkpolicies"): "NetworkPolicy",
+    ("kubevirt.io", "v1", "virtualmachines"): "VirtualMachine",
+    ("rbac.authorization.k8s.io", "v1", "clusterroles"): "ClusterRole",
+    ("uds.dev", "v1alpha1", "udsvirtualmachines"): "UDSVirtualMachine",
+}
+
 
 def make_client(kubeconfig: str | None) -> Client:
     """A read-only client from an explicit kubeconfig, else $KUBECONFIG / ~/.kube/config / in-cluster."""
@@ -41,7 +51,7 @@ _CLASSES: dict[ApiKey, Any] = {}
 
 
 def _resource_class(key: ApiKey) -> Any:
-    """A lightkube generic resource for ``key``, made once per process (lightkube's registry refuses twins)."""
+    """A lightkube generic resource for ``key``, made once per process (lightkube refuses twins)."""
     if key in _CLASSES:
         return _CLASSES[key]
     group, version, plural = key
@@ -52,9 +62,13 @@ def _resource_class(key: ApiKey) -> Any:
     return _CLASSES[key]
 
 
-def _as_dict(obj: Any) -> dict[str, Any]:
-    raw = obj.to_dict() if hasattr(obj, "to_dict") else dict(obj)
-    return dict(raw)
+def _as_dict(obj: Any, key: ApiKey) -> dict[str, Any]:
+    """The object as JSON, with apiVersion/kind filled in (list responses leave them out of each item)."""
+    raw = dict(obj.to_dict() if hasattr(obj, "to_dict") else obj)
+    group, version, _ = key
+    raw.setdefault("apiVersion", f"{group}/{version}" if group else version)
+    raw["kind"] = raw.get("kind") or KINDS.get(key, key[2])
+    return raw
 
 
 def collect(client: Client, keys: Iterable[ApiKey], namespaces: Sequence[str] | None) -> Snapshot:
@@ -66,16 +80,14 @@ def collect(client: Client, keys: Iterable[ApiKey], namespaces: Sequence[str] | 
     snapshot: dict[ApiKey, list[dict[str, Any]]] = {}
     for key in sorted(keys):
         resource = _resource_class(key)
-        scopes: Sequence[str | None]
-        if key in CLUSTER_SCOPED:
-            scopes = [None]
-        else:
-            scopes = list(namespaces) if namespaces else [ALL_NS]
+        scopes: Sequence[str | None] = (
+            [None] if key in CLUSTER_SCOPED else (list(namespaces) if namespaces else [ALL_NS])
+        )
         objects: list[dict[str, Any]] = []
         for scope in scopes:
             try:
                 listing = client.list(resource) if scope is None else client.list(resource, namespace=scope)
-                objects.extend(_as_dict(obj) for obj in listing)
+                objects.extend(_as_dict(obj, key) for obj in listing)
             except ApiError as exc:
                 if exc.status.code == 404:
                     continue

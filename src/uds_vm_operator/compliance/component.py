@@ -45,7 +45,9 @@ def build_component_definition(
     for control in controls:
         validation = by_name.get(control.validation)
         if validation is None:
-            raise ComponentDefinitionError(f"control {control.control_id} names unknown validation {control.validation}")
+            raise ComponentDefinitionError(
+                f"control {control.control_id} names unknown validation {control.validation}"
+            )
         requirements.append(
             {
                 "uuid": stable_uuid("requirement", control.control_id),
@@ -63,7 +65,11 @@ def build_component_definition(
                 "version": __version__,
                 "oscal-version": OSCAL_VERSION,
                 "parties": [
-                    {"uuid": stable_uuid("party"), "type": "organization", "name": "uds-vm-operator maintainers"}
+                    {
+                        "uuid": stable_uuid("party"),
+                        "type": "organization",
+                        "name": "uds-vm-operator maintainers",
+                    }
                 ],
             },
             "components": [
@@ -72,8 +78,8 @@ def build_component_definition(
                     "type": "software",
                     "title": "uds-vm-operator",
                     "description": (
-                        "Kubernetes operator that runs hardened, digest-verified virtual machines on KubeVirt "
-                        "and CDI for air-gapped sites."
+                        "Kubernetes operator that runs hardened, digest-verified virtual machines on "
+                        "KubeVirt and CDI for air-gapped sites."
                     ),
                     "purpose": "Evidence, from live objects, of the controls each managed VM implements.",
                     "control-implementations": [
@@ -124,7 +130,7 @@ def read_component_definition(doc: dict[str, Any]) -> list[LinkedControl]:
                         href = str(link["href"])
                         if not href.startswith("#") or href[1:] not in back_matter:
                             raise ComponentDefinitionError(
-                                f"{requirement['control-id']}: lula link {href} does not name a back-matter resource"
+                                f"{requirement['control-id']}: lula link {href} names no back-matter resource"
                             )
                         resource = back_matter[href[1:]]
                         validations.append(
@@ -178,13 +184,18 @@ def main(argv: list[str] | None = None) -> int:
     """Write (or ``--check``) the component definition file."""
     parser = argparse.ArgumentParser(description="Generate compliance/oscal-component.yaml")
     parser.add_argument("path", type=Path)
-    parser.add_argument("--check", action="store_true", help="fail if the file differs from what is generated")
+    parser.add_argument(
+        "--check", action="store_true", help="fail if the file differs from what is generated"
+    )
     args = parser.parse_args(argv)
     text = render_yaml(build_component_definition())
     if args.check:
         current = args.path.read_text() if args.path.exists() else ""
         if current != text:
-            print(f"{args.path} is stale; run: python -m uds_vm_operator.compliance.component {args.path}", file=sys.stderr)
+            print(
+                f"{args.path} is stale; run: python -m uds_vm_operator.compliance.component {args.path}",
+                file=sys.stderr,
+            )
             return 1
         return 0
     args.path.parent.mkdir(parents=True, exist_ok=True)

@@ -35,7 +35,8 @@ CONTROLS: tuple[ControlImplementation, ...] = (
     ControlImplementation(
         "ac-6",
         "Least Privilege",
-        "The operator runs with enumerated RBAC (no wildcard groups, resources or verbs; no escalate, bind or "
+        "The operator runs with enumerated RBAC (no wildcard groups, resources or verbs; no escalate, bind "
+        "or "
         "impersonate), as a non-root, read-only, capability-free container.",
         "operator-least-privilege",
     ),
@@ -63,7 +64,8 @@ CONTROLS: tuple[ControlImplementation, ...] = (
     ControlImplementation(
         "sc-7",
         "Boundary Protection",
-        "Each VM gets a NetworkPolicy <vm>-netpol: all ingress denied unless declared, egress only to cluster "
+        "Each VM gets a NetworkPolicy <vm>-netpol: all ingress denied unless declared, egress only to "
+        "cluster "
         "DNS unless an egress class (none, internet, vpn with kill switch) or allow rule says otherwise.",
         "vm-network-isolation",
     ),

@@ -46,7 +46,7 @@ def evaluate(validation: Validation, document: dict[str, Any]) -> Verdict:
     results = output.results
     if not results:
         raise RegoError(
-            f"validation {validation.name}: {', '.join(outputs)} is undefined; every output must always have a value"
+            f"validation {validation.name}: {', '.join(outputs)} is undefined; outputs must always be defined"
         )
     values = results[0].bindings
     passed = values["o0"]

@@ -51,7 +51,9 @@ class Validation:
 
 def _require(mapping: Any, key: str, where: str) -> Any:
     if not isinstance(mapping, dict) or key not in mapping:
-        raise ComponentDefinitionError(f"{where}: missing {key!r}; see Lula's validation format (domain, provider)")
+        raise ComponentDefinitionError(
+            f"{where}: missing {key!r}; see Lula's validation format (domain, provider)"
+        )
     return mapping[key]
 
 
@@ -74,7 +76,9 @@ def parse_validation(text: str, where: str = "validation") -> Validation:
         raise ComponentDefinitionError(f"{where}: metadata.uuid {uuid!r} is not a version 1-5 UUID")
     domain = _require(doc, "domain", where)
     if domain.get("type") != "kubernetes":
-        raise ComponentDefinitionError(f"{where}: only domain.type kubernetes is supported, not {domain.get('type')!r}")
+        raise ComponentDefinitionError(
+            f"{where}: only domain.type kubernetes is supported, not {domain.get('type')!r}"
+        )
     spec = _require(domain, "kubernetes-spec", where)
     rules = []
     for item in _require(spec, "resources", where):
@@ -89,12 +93,16 @@ def parse_validation(text: str, where: str = "validation") -> Validation:
         )
     provider = _require(doc, "provider", where)
     if provider.get("type") != "opa":
-        raise ComponentDefinitionError(f"{where}: only provider.type opa is supported, not {provider.get('type')!r}")
+        raise ComponentDefinitionError(
+            f"{where}: only provider.type opa is supported, not {provider.get('type')!r}"
+        )
     opa = _require(provider, "opa-spec", where)
     rego = str(_require(opa, "rego", where))
     # Lula's schema pattern ".*\S\s\n.*": a rego without a blank line is refused by `lula validate`.
     if not re.search(r".*\S\s\n.*", rego):
-        raise ComponentDefinitionError(f"{where}: rego needs a blank line after `package validate` (Lula schema)")
+        raise ComponentDefinitionError(
+            f"{where}: rego needs a blank line after `package validate` (Lula schema)"
+        )
     output = opa.get("output", {})
     return Validation(
         name=str(name),
@@ -110,5 +118,7 @@ def parse_validation(text: str, where: str = "validation") -> Validation:
 def packaged_validations() -> list[Validation]:
     """The validations shipped with the package, in file-name order (stable ids and output order)."""
     folder = resources.files("uds_vm_operator.compliance") / "validations"
-    entries = sorted((entry for entry in folder.iterdir() if entry.name.endswith(".yaml")), key=lambda e: e.name)
+    entries = sorted(
+        (entry for entry in folder.iterdir() if entry.name.endswith(".yaml")), key=lambda e: e.name
+    )
     return [parse_validation(entry.read_text(), where=f"validations/{entry.name}") for entry in entries]

@@ -17,6 +17,7 @@ from uds_vm_operator import MANAGED_BY_LABEL
 from uds_vm_operator.controller import kube
 from uds_vm_operator.controller.reconciler import Reconciler
 from uds_vm_operator.controller.store import ObjectStore
+from uds_vm_operator.controller.verification_io import POD as VERIFIER_POD
 
 VM_LABEL = "uds.dev/vm"
 MANAGED_BY_SELECTOR = ",".join(f"{key}={value}" for key, value in MANAGED_BY_LABEL.items())
@@ -28,6 +29,7 @@ CHILD_KINDS = (
     kube.SECRET,
     kube.PVC,
     kube.NETWORK_POLICY,
+    VERIFIER_POD,
 )
 """Kinds watched (server-side filtered to our label) so their changes re-trigger the owning VM."""
 

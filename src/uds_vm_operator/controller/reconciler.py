@@ -34,6 +34,12 @@ from uds_vm_operator.controller.status import (
     status_changed,
 )
 from uds_vm_operator.controller.store import ObjectStore
+from uds_vm_operator.controller.verification import VerificationOutcome
+from uds_vm_operator.controller.verification_io import (
+    execute_verification,
+    observe_verification,
+    verifier_image_from_env,
+)
 from uds_vm_operator.metrics import OperatorMetrics
 from uds_vm_operator.render import (
     ClusterFacts,
@@ -96,6 +102,8 @@ class Reconciler:
         self._last_error: dict[Key, str] = {}
         self.completed = 0
         """Reconciles finished (any outcome): lets a health check or benchmark see progress."""
+        self.verifier_image = verifier_image_from_env()
+        """The operator's own image, run by SI-7 verifier pods (None: the verifier cannot run)."""
 
     # ------------------------------------------------------------------------------------------ queue
 
@@ -204,7 +212,23 @@ class Reconciler:
 
         dv_name = f"{name}-dv"
         observed_dv = await self._observed(kube.DATA_VOLUME, namespace, dv_name)
-        preliminary = self._base_observation(spec, facts, generation, datavolume=observed_dv)
+        # SI-7 first: the verdict decides runStrategy, and is recorded before any child is applied.
+        verification = await observe_verification(
+            self.api,
+            owner,
+            owner_body=owner_body,
+            spec=spec,
+            facts=facts,
+            datavolume=observed_dv,
+            verifier_image=self.verifier_image,
+        )
+        outcome.writes += await execute_verification(self.api, namespace, verification)
+        for event in verification.events:
+            if await self._emit_best_effort(owner_body, event.type, event.reason, event.message):
+                outcome.writes += 1
+        preliminary = self._base_observation(
+            spec, facts, generation, datavolume=observed_dv, verification=verification
+        )
         run_strategy = "Halted" if must_hold_vm(preliminary) else None
         try:
             children = render_children(
@@ -251,6 +275,7 @@ class Reconciler:
             network_isolated=_in_place(desired_by_name, observed, ("NetworkPolicy", f"{name}-netpol")),
             hardening=_hardening(desired_by_name, observed, name),
             disk_blocker=disk_blocker,
+            verification=verification,
         )
         await self._publish(owner_body, obs, outcome, status="success")
         return outcome
@@ -269,6 +294,7 @@ class Reconciler:
         network_isolated: bool = False,
         hardening: tuple[str | None, bool] = (None, False),
         disk_blocker: Refusal | None = None,
+        verification: VerificationOutcome | None = None,
     ) -> Observation:
         try:
             pvc_size = expected_pvc_size(spec)
@@ -289,6 +315,7 @@ class Reconciler:
             hardening_in_place=hardening[1],
             refusal=refusal,
             disk_blocker=disk_blocker,
+            verification=verification,
         )
 
     async def _observed(self, kind: kube.Kind, namespace: str, name: str) -> dict[str, Any] | None:

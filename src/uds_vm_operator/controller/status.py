@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from uds_vm_operator import RECONCILER_NAME
+from uds_vm_operator.controller.verification import VerificationOutcome
 
 CONDITION_TYPES = ("Ready", "DiskReady", "ChecksumVerified", "NetworkIsolated", "Hardened")
 
@@ -70,6 +71,8 @@ class Observation:
     refusal: Refusal | None = None
     disk_blocker: Refusal | None = None
     """A DataVolume that cannot be brought to the desired state (immutable spec drift)."""
+    verification: VerificationOutcome | None = None
+    """The SI-7 decision (controller.verification); when set it alone says what was verified."""
 
 
 def checksum_verified_by_cdi(obs: Observation) -> bool:
@@ -85,6 +88,8 @@ def checksum_verified_by_cdi(obs: Observation) -> bool:
 
 def must_hold_vm(obs: Observation) -> bool:
     """Verified before activation: a declared digest keeps the VM halted until the check passed."""
+    if obs.verification is not None:
+        return obs.verification.hold_vm
     return obs.declared_checksum is not None and not checksum_verified_by_cdi(obs)
 
 
@@ -97,13 +102,18 @@ def derive_status(obs: Observation, previous: Mapping[str, Any] | None, now: str
     else:
         phase, message, conditions = _lifecycle(obs)
         verified = checksum_verified_by_cdi(obs)
+    verified_by = VERIFIED_BY_CDI if verified else None
+    verified_digest = obs.declared_checksum if verified else None
+    if obs.verification is not None and obs.refusal is None:
+        verified = obs.verification.verified
+        verified_by, verified_digest = obs.verification.verified_by, obs.verification.verified_digest
     status: dict[str, Any] = {
         "phase": phase,
         "source": obs.source_kind,
         "pvcSize": obs.pvc_size,
         "checksumVerified": verified,
-        "verifiedBy": VERIFIED_BY_CDI if verified else None,
-        "verifiedDigest": obs.declared_checksum if verified else None,
+        "verifiedBy": verified_by if verified else None,
+        "verifiedDigest": verified_digest if verified else None,
         "zeroTrust": obs.zero_trust and obs.refusal is None,
         "reconciledBy": RECONCILER_NAME,
         "importProgress": _import_progress(obs.datavolume) if obs.refusal is None else None,
@@ -141,6 +151,9 @@ def _lifecycle(obs: Observation) -> tuple[str, str, list[tuple[str, _Cond]]]:
     if disk_phase == "DiskReady":
         phase = "Verifying" if must_hold_vm(obs) else _workload_phase(obs)
     ready_cond = _ready(obs, phase, disk_cond, checksum_cond)
+    failure = obs.verification.failure if obs.verification is not None else None
+    if failure is not None and disk_phase != "Failed":
+        phase, ready_cond = "Failed", ("False", failure[0], failure[1])
     conditions: list[tuple[str, _Cond]] = [
         ("Ready", ready_cond),
         ("DiskReady", disk_cond),
@@ -179,6 +192,8 @@ def _disk(obs: Observation) -> tuple[str, _Cond]:
 
 
 def _checksum(obs: Observation, *, disk_ready: bool) -> _Cond:
+    if obs.verification is not None:
+        return obs.verification.condition
     if obs.declared_checksum is None:
         return ("False", "NoChecksumDeclared", "No digest is declared, so nothing was verified.")
     if checksum_verified_by_cdi(obs):
