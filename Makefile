@@ -26,8 +26,9 @@ install: $(STAMP) ## create .venv and install the package with its dev tools
 system-deps: ## install the reference tools the test tiers need (qemu-img, openssl) if missing
 	@tools/ensure-system-deps.sh
 
-envtest-bins: ## build (or reuse) kube-apiserver, kube-controller-manager and etcd in ~/.cache/uds-vm-operator
+envtest-bins: install ## build (or reuse) kube-apiserver, kube-controller-manager, etcd and the upstream CRDs in ~/.cache/uds-vm-operator
 	@tools/envtest/build.sh >/dev/null
+	@$(PY) tools/envtest/fetch_crds.py >/dev/null
 
 crds: install ## regenerate the CRDs under deploy/crds from the pydantic models
 	$(PY) -m uds_vm_operator.api.crdgen deploy/crds

@@ -16,13 +16,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
-from lightkube import ApiError, Client, codecs
+from lightkube import ApiError, Client, KubeConfig, codecs
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.types import PatchType
 
+from controlplane import ControlPlane
+
 TEST_FIELD_MANAGER = "uds-vm-operator-tests"
+TEST_NAMESPACE_LABEL = "uds-vm-operator.dev/test"
+REUSE_ENV = "UDS_TEST_KUBECONFIG"  # reuse a plane from `make cluster-up` instead of starting one per session
 STRICT = "Strict"
 
 T = TypeVar("T")
@@ -47,6 +53,28 @@ GatewayClass = create_global_resource("gateway.networking.k8s.io", "v1", "Gatewa
 ReferenceGrant = create_namespaced_resource(
     "gateway.networking.k8s.io", "v1beta1", "ReferenceGrant", "referencegrants"
 )
+
+
+@dataclass(frozen=True)
+class ControlPlaneHandle:
+    """What tests get: the admin kubeconfig, clients, and a way to mint other identities."""
+
+    kubeconfig: Path
+    plane: ControlPlane | None  # None when reusing a kubeconfig that `make cluster-up` did not write
+
+    def client(self, *, field_manager: str = TEST_FIELD_MANAGER, kubeconfig: Path | None = None) -> Client:
+        """A sync lightkube Client (admin unless another kubeconfig is given), ignoring proxy env vars."""
+        config = KubeConfig.from_file(str(kubeconfig or self.kubeconfig))
+        return Client(config=config, field_manager=field_manager, trust_env=False)
+
+    def kubeconfig_for(self, user: str, groups: tuple[str, ...] = (), path: Path | None = None) -> Path:
+        """A client-certificate kubeconfig for user/groups: only RBAC grants it anything."""
+        if self.plane is None:
+            raise RuntimeError(
+                f"{REUSE_ENV} points at a kubeconfig without a control-plane state.json next to it; "
+                "minting identities needs a plane started by `make cluster-up` (or unset the variable)"
+            )
+        return self.plane.kubeconfig_for(user, groups, path)
 
 
 class WaitTimeoutError(AssertionError):

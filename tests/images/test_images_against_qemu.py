@@ -12,7 +12,7 @@ from qemu_reference import Case, qemu_info
 from typer.testing import CliRunner
 
 from uds_vm_operator.cli.main import app
-from uds_vm_operator.images import inspect_image, survey_image
+from uds_vm_operator.images import content_sha256, inspect_image, survey_image
 
 pytestmark = pytest.mark.images
 
@@ -115,6 +115,7 @@ def test_content_digest_equals_qemu_img_convert(
         expected.update(bytes(remaining))  # pad to the virtual size if qemu wrote less
     survey = survey_image(str(case.path))
     assert survey.content_sha256 == expected.hexdigest()
+    assert content_sha256(str(case.path)) == expected.hexdigest()  # the content-only entry point agrees
 
 
 @pytest.mark.parametrize("name", CASE_NAMES)

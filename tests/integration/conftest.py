@@ -13,26 +13,22 @@ import os
 import re
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from lightkube import ApiError, Client, KubeConfig
+from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace
 
 from controlplane import (
     LAUNCH_ERRORS,
-    ControlPlane,
     ControlPlaneError,
     attach,
     find_bin_dir,
     running_control_plane,
 )
-from kube_helpers import TEST_FIELD_MANAGER
+from kube_helpers import REUSE_ENV, TEST_NAMESPACE_LABEL, ControlPlaneHandle
 
-REUSE_ENV = "UDS_TEST_KUBECONFIG"
-TEST_NAMESPACE_LABEL = "uds-vm-operator.dev/test"
 _INTEGRATION_DIR = Path(__file__).resolve().parent
 
 
@@ -41,28 +37,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _INTEGRATION_DIR in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.integration)
-
-
-@dataclass(frozen=True)
-class ControlPlaneHandle:
-    """What tests get: the admin kubeconfig, clients, and a way to mint other identities."""
-
-    kubeconfig: Path
-    plane: ControlPlane | None  # None when reusing a kubeconfig that `make cluster-up` did not write
-
-    def client(self, *, field_manager: str = TEST_FIELD_MANAGER, kubeconfig: Path | None = None) -> Client:
-        """A sync lightkube Client (admin unless another kubeconfig is given), ignoring proxy env vars."""
-        config = KubeConfig.from_file(str(kubeconfig or self.kubeconfig))
-        return Client(config=config, field_manager=field_manager, trust_env=False)
-
-    def kubeconfig_for(self, user: str, groups: tuple[str, ...] = (), path: Path | None = None) -> Path:
-        """A client-certificate kubeconfig for user/groups: only RBAC grants it anything."""
-        if self.plane is None:
-            raise RuntimeError(
-                f"{REUSE_ENV} points at a kubeconfig without a control-plane state.json next to it; "
-                "minting identities needs a plane started by `make cluster-up` (or unset the variable)"
-            )
-        return self.plane.kubeconfig_for(user, groups, path)
 
 
 def _reused_plane(kubeconfig: str) -> ControlPlaneHandle:

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kube_helpers import wait_for
 from operator_harness import Api, OperatorProcess
+
+from kube_helpers import wait_for
 
 SHA = "sha256:" + "5" * 64
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ0000000000000000000000000000000000000000000 ops@site"
@@ -61,7 +62,9 @@ def status_of(api: Api, namespace: str, name: str) -> dict[str, Any]:
     return dict((api.get(vm_path(namespace, name)) or {}).get("status") or {})
 
 
-def wait_phase(api: Api, operator: OperatorProcess, namespace: str, name: str, phase: str, timeout_s: float = 60):
+def wait_phase(
+    api: Api, operator: OperatorProcess, namespace: str, name: str, phase: str, *, timeout_s: float = 60
+) -> dict[str, Any]:
     def reached() -> dict[str, Any] | None:
         status = status_of(api, namespace, name)
         return status if status.get("phase") == phase else None
@@ -69,7 +72,9 @@ def wait_phase(api: Api, operator: OperatorProcess, namespace: str, name: str, p
     try:
         return wait_for(reached, timeout_s, 0.2, what=f"{namespace}/{name} phase {phase}")
     except AssertionError as error:
-        raise AssertionError(f"{error}\nstatus: {status_of(api, namespace, name)}\n{operator.logs()}") from None
+        raise AssertionError(
+            f"{error}\nstatus: {status_of(api, namespace, name)}\n{operator.logs()}"
+        ) from None
 
 
 def condition(status: dict[str, Any], cond_type: str) -> dict[str, Any]:

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-from controlplane import free_loopback_port
-from kube_helpers import wait_for
 from lightkube.config import client_adapter
 
+from controlplane import free_loopback_port
+from kube_helpers import wait_for
 from uds_vm_operator.controller.kube import load_kubeconfig
 
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION", "CREATE", "UPDATE"})

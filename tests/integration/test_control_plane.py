@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import ControlPlaneHandle
 from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
@@ -27,6 +26,7 @@ from controlplane import attach
 from fetch_crds import CDI_KINDS, ensure_crds
 from go_raw_strings import GoSourceError, extract_string_map
 from kube_helpers import (
+    ControlPlaneHandle,
     DataVolume,
     VirtualMachine,
     api_error_text,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from kube_helpers import wait_for
 from operator_fixtures import (
     api,
     core_path,
@@ -18,6 +17,8 @@ from operator_fixtures import (
     wait_phase,
 )
 from operator_harness import Api, OperatorProcess
+
+from kube_helpers import wait_for
 
 __all__ = ["api", "operator"]  # fixtures used by name
 

@@ -51,7 +51,10 @@ INVALID: list[tuple[str, dict[str, Any]]] = [
     ("zero-cpu", {"resources": {"cpu": 0, "memory": "1Gi"}}),
     ("memory-words", {"resources": {"cpu": 1, "memory": "lots"}}),
     ("duplicate-expose-ports", {"network": {"expose": [{"port": 22}, {"port": 22}]}}),
-    ("live-migration-on-rwo", {"liveMigration": True, "disk": {"virtualSize": "10Mi", "accessModes": ["ReadWriteOnce"]}}),
+    (
+        "live-migration-on-rwo",
+        {"liveMigration": True, "disk": {"virtualSize": "10Mi", "accessModes": ["ReadWriteOnce"]}},
+    ),
     ("missing-admin-secret", {**WINDOWS, "windows": {"adminPasswordSecretRef": {"name": "does-not-exist"}}}),
 ]
 

@@ -11,7 +11,6 @@ import subprocess
 import sys
 from typing import Any
 
-from kube_helpers import wait_for
 from operator_fixtures import (
     SHA,
     api,
@@ -29,6 +28,8 @@ from operator_fixtures import (
     wait_phase,
 )
 from operator_harness import Api, OperatorProcess
+
+from kube_helpers import wait_for
 
 __all__ = ["api", "operator"]  # fixtures used by name
 
@@ -60,7 +61,9 @@ def test_http_vm_goes_from_apply_to_ready_with_cdi_verified_digest(
         assert owned_by(child, uid)
         assert child["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "uds-vm-operator"
     assert dv is not None and vm is not None
-    assert dv["spec"]["source"]["http"]["checksum"] == SHA  # the control plane's CDI CRD (v1.65) has the field
+    assert (
+        dv["spec"]["source"]["http"]["checksum"] == SHA
+    )  # the control plane's CDI CRD (v1.65) has the field
     assert "11Mi" in json.dumps(dv["spec"])
     assert vm["spec"]["runStrategy"] == "Halted"  # verified before activation
     assert condition(status, "NetworkIsolated")["status"] == "True"
@@ -129,7 +132,14 @@ def test_power_stop_and_start_flip_run_strategy_in_place(
 
     def vmctl(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "uds_vm_operator.cli.main", *args, "--kubeconfig", str(control_plane.kubeconfig)],
+            [
+                sys.executable,
+                "-m",
+                "uds_vm_operator.cli.main",
+                *args,
+                "--kubeconfig",
+                str(control_plane.kubeconfig),
+            ],
             capture_output=True,
             text=True,
             check=False,
@@ -157,7 +167,9 @@ def test_power_stop_and_start_flip_run_strategy_in_place(
     )
     play_kubevirt(api, namespace, "pw", "Running", True)
     wait_phase(api, operator, namespace, "pw", "Ready")
-    assert api.get(kv_path(namespace, "pw"))["metadata"]["uid"] == vm_uid  # updated in place, never re-created
+    assert (
+        api.get(kv_path(namespace, "pw"))["metadata"]["uid"] == vm_uid
+    )  # updated in place, never re-created
 
     restart = vmctl("power", "restart", "pw", "-n", namespace)
     assert restart.returncode == 1

@@ -6,7 +6,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kube_helpers import wait_for
 from operator_fixtures import (
     api,
     core_path,
@@ -23,6 +22,7 @@ from operator_fixtures import (
 )
 from operator_harness import Api, OperatorProcess, apiserver_writes
 
+from kube_helpers import wait_for
 from uds_vm_operator.api import parse_vm_spec
 from uds_vm_operator.render import ClusterFacts, Owner, render_children
 

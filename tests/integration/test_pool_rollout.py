@@ -55,7 +55,7 @@ def api(control_plane: Any) -> Iterator[Api]:
 @pytest.fixture
 def pool_operator(control_plane: Any, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
     process = OperatorProcess(
-        Path(control_plane.kubeconfig), namespace, tmp_path / "logs", extra_args=["--controllers", "pool"]
+        Path(control_plane.kubeconfig), namespace, tmp_path / "logs", extra_args=["--controllers", "pool", "--log-level", "DEBUG"]
     )
     process.start()
     try:

@@ -91,9 +91,18 @@ def upload_vm(api: Api, namespace: str, declared: str) -> dict[str, Any]:
 
 
 def verifier_pod(api: Api, namespace: str) -> dict[str, Any]:
-    return wait_for(
-        lambda: api.get(core_path(namespace, "pods", "web-verify")), 60, 0.2, what="verifier pod web-verify"
-    )
+    try:
+        return wait_for(
+            lambda: api.get(core_path(namespace, "pods", "web-verify")),
+            60,
+            0.2,
+            what="verifier pod web-verify",
+        )
+    except AssertionError as error:
+        events = [e.get("note") for e in api.items(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")]
+        raise AssertionError(
+            f"{error}\nstatus: {status_of(api, namespace, 'web')}\nevents: {events}"
+        ) from None
 
 
 def run_strategy(api: Api, namespace: str) -> str | None:

@@ -6,11 +6,13 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx2
+
 from uds_vm_operator.cli.inventory import human_age, inventory_row
 from uds_vm_operator.controller.events import build_event, transition_event
 from uds_vm_operator.controller.facts import FactsCache, cdi_supports_http_checksum
 from uds_vm_operator.controller.health import probe_status
-from uds_vm_operator.controller.kube import DATA_VOLUME, SECRET, UDS_VM
+from uds_vm_operator.controller.kube import DATA_VOLUME, SECRET, UDS_VM, KubeApi
 from uds_vm_operator.controller.logsetup import redact
 from uds_vm_operator.controller.store import ObjectStore
 
@@ -159,3 +161,39 @@ def test_logs_redact_credentials() -> None:
     assert "hunter2" not in redact('password="hunter2" user=bob')
     assert "abc.def" not in redact("Authorization: abc.def")
     assert redact("phase Ready") == "phase Ready"
+
+
+def test_every_write_carries_our_field_manager_and_strict_validation() -> None:
+    seen: list[httpx2.Request] = []
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request)
+        if request.method == "GET":
+            return httpx2.Response(404, json={"reason": "NotFound", "message": "absent"})
+        return httpx2.Response(200, json={"metadata": {"name": "x"}})
+
+    async def scenario() -> None:
+        api = KubeApi(httpx2.AsyncClient(base_url="https://api.test", transport=httpx2.MockTransport(answer)))
+        manifest = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "ns"}}
+        await api.apply(manifest)
+        await api.merge_patch(UDS_VM, "ns", "vm1", {"status": {}}, subresource="status")
+        await api.create({"apiVersion": "events.k8s.io/v1", "kind": "Event", "metadata": {"namespace": "ns"}})
+        assert await api.get(DATA_VOLUME, "ns", "missing") is None
+        await api.close()
+
+    asyncio.run(scenario())
+    apply, status, event, get = seen
+    assert apply.method == "PATCH" and apply.url.path == "/api/v1/namespaces/ns/secrets/s"
+    assert apply.headers["content-type"] == "application/apply-patch+yaml"
+    assert dict(apply.url.params) == {
+        "fieldManager": "uds-vm-operator",
+        "force": "true",
+        "fieldValidation": "Strict",
+    }
+    assert status.url.path == "/apis/uds.dev/v1alpha1/namespaces/ns/udsvirtualmachines/vm1/status"
+    assert status.headers["content-type"] == "application/merge-patch+json"
+    for write in (status, event):
+        assert write.url.params["fieldValidation"] == "Strict"
+        assert write.url.params["fieldManager"] == "uds-vm-operator"
+    assert event.url.path == "/apis/events.k8s.io/v1/namespaces/ns/events"
+    assert get.method == "GET"

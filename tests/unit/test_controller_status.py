@@ -221,3 +221,9 @@ def test_same_observation_gives_an_unchanged_status() -> None:
     stored = {key: value for key, value in first.items() if value is not None}
     assert not status_changed(second, stored)
     assert status_changed({**second, "phase": "Stopped"}, first)
+
+
+def test_backup_exemptions_are_reported_and_absent_when_there_are_none() -> None:
+    assert derive_status(obs(), None, NOW)["backupExemptions"] is None
+    status = derive_status(obs(backup_exemptions=(("scratch", "rebuildable cache"),)), None, NOW)
+    assert status["backupExemptions"] == [{"disk": "scratch", "reason": "rebuildable cache"}]

@@ -461,3 +461,10 @@ def test_next_deadline_is_the_earliest_waiting_member():
         seconds_until_next_deadline(p, [member(0, ready=False, age_s=900)], target_revision="new", now=T0)
         is None
     )
+
+
+def test_deadline_and_recheck_agree_on_fractions_of_a_second():
+    p = params(deadline_s=5)
+    late = MemberView("pool-0", 0, "new", False, T0 - timedelta(seconds=5.3))
+    assert seconds_until_next_deadline(p, [late], target_revision="new", now=T0) is None
+    assert plan(p, [late]) == [HaltRollout("pool-0", "new", waited_s=5, deadline_s=5)]

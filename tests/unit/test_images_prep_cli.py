@@ -85,6 +85,14 @@ def test_corrupt_image_is_exit_1(tmp_path: Path) -> None:
     assert "Traceback" not in result.output
 
 
+def test_empty_file_is_exit_1(tmp_path: Path) -> None:
+    path = tmp_path / "copy.qcow2"
+    path.touch()
+    result = run(str(path))
+    assert result.exit_code == 1
+    assert "empty" in result.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

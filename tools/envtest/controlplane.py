@@ -567,10 +567,16 @@ def attach(state_dir: Path) -> ControlPlane | None:
     pids = state_dir / "pids.json"
     if not pids.is_file():
         return None
-    records = [ProcessRecord.from_json(item) for item in json.loads(pids.read_text(encoding="utf-8"))]
-    state: dict[str, Any] = {}
-    if layout_state.is_file():
-        state = json.loads(layout_state.read_text(encoding="utf-8"))
+    try:
+        records = [ProcessRecord.from_json(item) for item in json.loads(pids.read_text(encoding="utf-8"))]
+        state: dict[str, Any] = {}
+        if layout_state.is_file():
+            state = json.loads(layout_state.read_text(encoding="utf-8"))
+    except (ValueError, KeyError, TypeError) as error:
+        raise ControlPlaneError(
+            f"{pids} or {layout_state} is damaged ({error}); stop any leftover etcd/kube-apiserver/"
+            f"kube-controller-manager by the PIDs it lists, then delete {state_dir}"
+        ) from error
     run_dir = Path(state.get("run_dir", state_dir / "missing-run-dir"))
     plane = ControlPlane(
         layout=Layout(state_dir, run_dir), server=str(state.get("server", "")), records=records
@@ -639,7 +645,8 @@ def cmd_status(state_dir: Path) -> int:
     for record in plane.records:
         print(f"{record.name:<25} pid {record.pid:<8} {'running' if record.is_alive() else 'GONE'}")
     healthy = plane.is_healthy()
-    print(f"API server {plane.server}: {'ready' if healthy else 'NOT ready'}; kubeconfig {plane.kubeconfig}")
+    verdict = "healthy" if healthy else "NOT healthy (run `make cluster-down cluster-up`)"
+    print(f"control plane {verdict}; API server {plane.server}; kubeconfig {plane.kubeconfig}")
     return 0 if healthy else 1
 
 

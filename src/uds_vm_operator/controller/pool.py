@@ -300,6 +300,16 @@ class PoolController:
         wait_s = seconds_until_next_deadline(params, members, target_revision=revisions.target, now=now)
         if wait_s is not None:
             self.enqueue_after(namespace, name, wait_s + DEADLINE_SLACK_S)
+        log.debug(
+            "pool reconciled",
+            extra={
+                "pool": f"{namespace}/{name}",
+                "actions": ", ".join(type(action).__name__ for action in actions) or "none",
+                "members": len(members),
+                "target": revisions.target,
+                "recheck_in_s": None if wait_s is None else round(wait_s + DEADLINE_SLACK_S, 1),
+            },
+        )
         return outcome
 
     async def _members(self, namespace: str, pool: str) -> list[MemberView]:

@@ -71,6 +71,8 @@ class Observation:
     refusal: Refusal | None = None
     disk_blocker: Refusal | None = None
     """A DataVolume that cannot be brought to the desired state (immutable spec drift)."""
+    backup_exemptions: tuple[tuple[str, str], ...] = ()
+    """(disk, reason) of data disks deliberately left out of backups (CP-9 evidence)."""
     verification: VerificationOutcome | None = None
     """The SI-7 decision (controller.verification); when set it alone says what was verified."""
 
@@ -119,6 +121,7 @@ def derive_status(obs: Observation, previous: Mapping[str, Any] | None, now: str
         "importProgress": _import_progress(obs.datavolume) if obs.refusal is None else None,
         "observedGeneration": obs.generation,
         "message": message,
+        "backupExemptions": [{"disk": d, "reason": r} for d, r in obs.backup_exemptions] or None,
         "conditions": [
             _stamp(cond_type, cond, previous_conditions.get(cond_type), obs.generation, now)
             for cond_type, cond in conditions

@@ -96,13 +96,13 @@ def stalled_member(
     for member in members:
         if member.deleting or member.ready or member.revision != target_revision:
             continue
-        waited_s = int((now - member.created_at).total_seconds())
+        waited_s = (now - member.created_at).total_seconds()
         if waited_s > params.progress_deadline_s:
             late.append(
                 HaltRollout(
                     member=member.name,
                     revision=target_revision,
-                    waited_s=waited_s,
+                    waited_s=int(waited_s),
                     deadline_s=params.progress_deadline_s,
                 )
             )

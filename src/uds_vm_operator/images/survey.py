@@ -24,6 +24,7 @@ from uds_vm_operator.images._segments import DataRun, Segment, ZeroRun
 from uds_vm_operator.images._source import ByteSource, FileSource
 from uds_vm_operator.images.detect import inspect_source
 from uds_vm_operator.images.digest import hash_segments
+from uds_vm_operator.images.errors import TruncatedImageError
 from uds_vm_operator.images.model import ISO, QCOW2, RAW, VPC, ImageInfo
 from uds_vm_operator.images.vpc import VpcLayout
 
@@ -73,6 +74,7 @@ def survey_image(
         raise NotAFileError(f"{path} is not a regular file")
     algorithms = ["sha256", "sha512"] if sha512 else ["sha256"]
     with FileSource(path) as source:
+        _refuse_empty(source)
         head = source.read_at(0, min(source.size, 1024))
         survey = ImageSurvey(path, _placeholder(), source.size, st.st_blocks * 512)
         compression = sniff_compression(head)
@@ -176,17 +178,42 @@ def _raw_like(data_bytes: int, virtual_size: int) -> list[Segment]:
     return segments
 
 
-def content_sha256(source: ByteSource, info: ImageInfo) -> str | None:
-    """SHA-256 of the virtual disk content (what CDI writes into the PVC), or ``None`` if unsupported."""
-    segments = content_segments(source, info)
-    if segments is None:
-        return None
-    return hash_segments(segments, source, ["sha256"])["sha256"].hexdigest()
+def content_sha256(path: str) -> str | None:
+    """SHA-256 of the virtual disk content of the image at ``path`` (what CDI writes into the PVC).
+
+    Only the content pass: no file digest. ``None`` when the format has no content digest (see
+    ``content_segments``); air-gap violations raise ``AirGapViolation``.
+    """
+    survey = survey_image(path, content_digest=True) if _is_wrapped(path) else None
+    if survey is not None:
+        survey.info.ensure_airgap_safe()
+        return survey.content_sha256
+    with FileSource(path) as source:
+        _refuse_empty(source)
+        head = source.read_at(0, min(source.size, 1024))
+        inner: ByteSource = source
+        if is_tar(head):
+            from uds_vm_operator.images import wrappers  # noqa: PLC0415 (see survey_image)
+
+            info, inner = wrappers.inspect_plain_tar(source, os.path.basename(path))
+        else:
+            info = inspect_source(source)
+        info.ensure_airgap_safe()
+        segments = content_segments(inner, info)
+        if segments is None:
+            return None
+        return hash_segments(segments, inner, ["sha256"])["sha256"].hexdigest()
+
+
+def _is_wrapped(path: str) -> bool:
+    with open(path, "rb") as handle:
+        return sniff_compression(handle.read(8)) is not None
 
 
 def inspect_image(path: str) -> ImageInfo:
     """Headers only (no digests): format, virtual size, references. Compressed files are streamed once."""
     with FileSource(path) as source:
+        _refuse_empty(source)
         head = source.read_at(0, min(source.size, 1024))
         compression = sniff_compression(head)
         if not compression and not is_tar(head):
@@ -204,6 +231,12 @@ def inspect_image(path: str) -> ImageInfo:
             )
             return result.info
         return wrappers.inspect_plain_tar(source, os.path.basename(path))[0]
+
+
+def _refuse_empty(source: FileSource) -> None:
+    """An empty file is a failed copy, not a disk."""
+    if source.size == 0:
+        raise TruncatedImageError(f"{source.name}: the file is empty; copy the image again")
 
 
 def _placeholder() -> ImageInfo:
