@@ -55,7 +55,10 @@ def api(control_plane: Any) -> Iterator[Api]:
 @pytest.fixture
 def pool_operator(control_plane: Any, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
     process = OperatorProcess(
-        Path(control_plane.kubeconfig), namespace, tmp_path / "logs", extra_args=["--controllers", "pool", "--log-level", "DEBUG"]
+        Path(control_plane.kubeconfig),
+        namespace,
+        tmp_path / "logs",
+        extra_args=["--controllers", "pool", "--log-level", "DEBUG"],
     )
     process.start()
     try:
@@ -271,3 +274,66 @@ def test_scale_subresource_and_printer_columns(api, namespace):  # type: ignore[
     columns = [c["name"] for c in crd["spec"]["versions"][0]["additionalPrinterColumns"]]
     assert columns == ["DESIRED", "READY", "UPDATED", "OUTDATED", "REVISION", "AGE"]
     assert crd["spec"]["names"]["shortNames"] == ["udsvmpool"]
+
+
+def revisions_stored(api: Api, namespace: str) -> dict[str, str]:
+    items = api.items(f"/apis/apps/v1/namespaces/{namespace}/controllerrevisions", f"{POOL_LABEL}={POOL}")
+    return {i["metadata"]["labels"][REVISION_LABEL]: i["metadata"]["name"] for i in items}
+
+
+def pool_series(operator: OperatorProcess, namespace: str) -> dict[str, float]:
+    series = {}
+    for line in operator.metrics().splitlines():
+        if line.startswith("uds_vm_pool_replicas{") and f'namespace="{namespace}"' in line:
+            labels, value = line.rsplit(" ", 1)
+            state = labels.split('state="', 1)[1].split('"', 1)[0]
+            series[state] = float(value)
+    return series
+
+
+def test_history_metrics_invalid_spec_and_deletion(api, namespace, pool_operator, control_plane):  # type: ignore[no-untyped-def]
+    player = ReadinessPlayer(Path(control_plane.kubeconfig), namespace, POOL, delay_s=0.2).start()
+    try:
+        api.create(pool_manifest(namespace, replicas=2, image="v0"), pool_path(namespace))
+        seen = [stored_revision(api, namespace)]
+        wait_rolled_out(api, pool_operator, namespace, seen[-1], 2)
+        for version in range(1, 6):
+            api.merge(
+                pool_path(namespace, POOL),
+                {"spec": {"template": {"spec": {"source": {"dataSource": {"name": f"v{version}"}}}}}},
+            )
+            seen.append(stored_revision(api, namespace))
+            wait_rolled_out(api, pool_operator, namespace, seen[-1], 2)
+    finally:
+        player.stop()
+
+    stored = revisions_stored(api, namespace)
+    assert seen[-1] in stored and len(stored) <= 4, stored  # pruned to a short history
+    cr = api.get(f"/apis/apps/v1/namespaces/{namespace}/controllerrevisions/{stored[seen[-1]]}")
+    assert cr is not None and revision_hash(cr["data"]) == seen[-1]  # the template, stored verbatim
+    wait_until(
+        lambda: (
+            pool_series(pool_operator, namespace)
+            == {"desired": 2.0, "active": 2.0, "ready": 2.0, "updated": 2.0, "outdated": 0.0}
+        ),
+        30,
+        "uds_vm_pool_replicas series",
+    )
+
+    uids = {m["metadata"]["uid"] for m in members(api, namespace).values()}
+    api.merge(
+        pool_path(namespace, POOL),
+        {"spec": {"strategy": {"rollingUpdate": {"maxSurge": 0, "maxUnavailable": 0}}}},
+    )
+    wait_until(
+        lambda: condition(pool_status(api, namespace), "Ready").get("reason") == "InvalidSpec",
+        60,
+        "Ready=False InvalidSpec",
+    )
+    assert "cannot both be 0" in condition(pool_status(api, namespace), "Ready")["message"]
+    wait_until(lambda: "InvalidSpec" in events_of(api, namespace), 30, "an InvalidSpec Event")
+    assert {m["metadata"]["uid"] for m in members(api, namespace).values()} == uids  # nothing touched
+
+    api.call("DELETE", pool_path(namespace, POOL), {"propagationPolicy": "Background"}, expect=(200, 202))
+    wait_until(lambda: pool_series(pool_operator, namespace) == {}, 60, "pool series removed")
+    wait_until(lambda: not members(api, namespace), 120, "members garbage-collected with their pool")

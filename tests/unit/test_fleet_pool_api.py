@@ -104,3 +104,33 @@ def test_status_model_accepts_what_the_controller_writes():
         }
     )
     assert status.ready_replicas == 1
+
+
+def test_pool_crd_is_generated_with_scale_columns_and_the_vm_schema():
+    from uds_vm_operator.api.crdgen import POOL_CRD, crd_yaml, render_crd  # noqa: PLC0415
+
+    crd = render_crd(POOL_CRD)
+    version = crd["spec"]["versions"][0]
+    assert crd["metadata"]["name"] == "udsvirtualmachinepools.uds.dev"
+    assert crd["spec"]["names"]["shortNames"] == ["udsvmpool"]
+    assert version["subresources"]["scale"] == {
+        "specReplicasPath": ".spec.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.labelSelector",
+    }
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == [
+        "DESIRED",
+        "READY",
+        "UPDATED",
+        "OUTDATED",
+        "REVISION",
+        "AGE",
+    ]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    template_spec = spec["properties"]["template"]["properties"]["spec"]
+    assert "source" in template_spec["properties"] and "dataDisks" in template_spec["properties"]
+    surge = spec["properties"]["strategy"]["properties"]["rollingUpdate"]["properties"]["maxSurge"]
+    assert surge["x-kubernetes-int-or-string"] is True
+    assert "%" in surge["x-kubernetes-validations"][0]["rule"]
+    assert crd_yaml(POOL_CRD) == crd_yaml(POOL_CRD)
+    assert "propertyNames" not in crd_yaml(POOL_CRD)

@@ -179,3 +179,22 @@ def test_mutated_wrappers_only_raise_image_errors(tmp_path: Path) -> None:
                 pass
             except Exception as exc:
                 raise AssertionError(f"wrapper {name} case {case}: {type(exc).__name__}: {exc}") from exc
+
+
+def test_forged_tar_header_size_in_a_gzip_bomb_is_refused(tmp_path: Path) -> None:
+    """A pax header claiming 1 GiB, backed by compressible zeros, must not be buffered by tarfile."""
+    header = tarfile.TarInfo("././@PaxHeader")
+    header.type = tarfile.XHDTYPE
+    header.size = 1 << 30
+    target = tmp_path / "bomb.tar.gz"
+    with gzip.open(target, "wb", compresslevel=1) as handle:
+        handle.write(header.tobuf(format=tarfile.USTAR_FORMAT))
+        zeros = bytes(1 << 20)
+        for _ in range(100):
+            handle.write(zeros)
+    try:
+        survey_image(str(target))
+    except ImageError as exc:
+        assert "absurd size" in str(exc)
+    else:
+        raise AssertionError("a forged tar header size was accepted")

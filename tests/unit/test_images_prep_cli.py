@@ -150,7 +150,11 @@ def test_golden_image_and_zarf(raw_image: Path, tmp_path: Path) -> None:
     assert dv["apiVersion"] == "cdi.kubevirt.io/v1beta1" and dv["kind"] == "DataVolume"
     assert dv["spec"] == {
         "source": {"upload": {}},
-        "storage": {"resources": {"requests": {"storage": report["pvc_size"]}}},
+        "pvc": {  # spec.pvc: CDI would inflate a spec.storage request a second time (SPEC §4)
+            "accessModes": ["ReadWriteOnce"],
+            "volumeMode": "Filesystem",
+            "resources": {"requests": {"storage": report["pvc_size"]}},
+        },
     }
     assert ds["kind"] == "DataSource"
     assert ds["spec"]["source"]["pvc"] == {"name": "ubuntu-2204", "namespace": "default"}

@@ -23,6 +23,9 @@ RECORD_KEY = "image-record.json"
 RECORD_LABEL = "uds.dev/image-record"
 UDSVM_API_VERSION = "uds.dev/v1alpha1"
 CDI_API_VERSION = "cdi.kubevirt.io/v1beta1"
+# Same defaults as render/datavolume.py (not imported: it pulls the pydantic models into `prep`'s start-up).
+GOLDEN_ACCESS_MODES = ("ReadWriteOnce",)
+GOLDEN_VOLUME_MODE = "Filesystem"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 IMAGE_SUFFIXES = (
     ".gz",
@@ -124,7 +127,11 @@ def udsvm_manifest(report: dict[str, Any], target: ManifestTarget) -> dict[str, 
 
 
 def golden_datavolume(report: dict[str, Any], target: ManifestTarget) -> dict[str, Any]:
-    """The DataVolume the golden image is uploaded into, sized exactly by SPEC §4."""
+    """The DataVolume the golden image is uploaded into, sized exactly by SPEC §4.
+
+    ``spec.pvc`` rather than ``spec.storage``: CDI inflates a ``storage`` request by the filesystem overhead
+    again, and SPEC §4 asks for exactly ``pvc_size`` (the same choice as ``render/datavolume.py``).
+    """
     if not target.data_source_name:
         raise ValueError("golden-image mode needs a data source name")
     return {
@@ -137,7 +144,11 @@ def golden_datavolume(report: dict[str, Any], target: ManifestTarget) -> dict[st
         },
         "spec": {
             "source": {"upload": {}},
-            "storage": {"resources": {"requests": {"storage": report["pvc_size"]}}},
+            "pvc": {
+                "accessModes": list(GOLDEN_ACCESS_MODES),
+                "volumeMode": GOLDEN_VOLUME_MODE,
+                "resources": {"requests": {"storage": report["pvc_size"]}},
+            },
         },
     }
 

@@ -34,6 +34,7 @@ from uds_vm_operator.controller.errors import ControllerError, KubeApiError
 from uds_vm_operator.controller.events import build_event
 from uds_vm_operator.fleet import (
     POOL_LABEL,
+    REVISION_LABEL,
     CreateMember,
     DeleteMember,
     HaltRollout,
@@ -59,6 +60,8 @@ CONTROLLER_REVISION = kube.Kind("apps/v1", "ControllerRevision", "controllerrevi
 
 Key = tuple[str, str]  # (namespace, pool name)
 MAX_BACKOFF_S = 60.0
+REVISION_HISTORY = 3
+"""ControllerRevisions kept per pool (besides the current and update revisions)."""
 DEADLINE_SLACK_S = 1.0
 """Re-check this long after a deadline, so the member is certainly past it when we look."""
 
@@ -394,11 +397,17 @@ class PoolController:
     async def _record_revision(
         self, pool: Mapping[str, Any], revision: str, template: Mapping[str, Any]
     ) -> None:
-        """Keep the template of ``revision`` in a ControllerRevision so a rollback can return to it."""
+        """Keep the template of ``revision`` in a ControllerRevision so a rollback can return to it.
+
+        Old revisions are pruned to :data:`REVISION_HISTORY`, never the ones the status still names.
+        """
         meta = pool["metadata"]
         existing = await self.api.list(
             CONTROLLER_REVISION, meta["namespace"], label_selector=f"{POOL_LABEL}={meta['name']}"
         )
+        status = pool.get("status") or {}
+        keep = {revision, status.get("currentRevision"), status.get("updateRevision")}
+        await self._prune_revisions(meta["namespace"], existing, keep)
         names = {(item.get("metadata") or {}).get("name") for item in existing}
         name = _revision_object_name(meta["name"], revision)
         if name in names:
@@ -410,7 +419,7 @@ class PoolController:
             "metadata": {
                 "name": name,
                 "namespace": meta["namespace"],
-                "labels": {POOL_LABEL: meta["name"], "uds.dev/pool-revision": revision},
+                "labels": {POOL_LABEL: meta["name"], REVISION_LABEL: revision},
                 "ownerReferences": [
                     PoolRef(
                         name=meta["name"], namespace=meta["namespace"], uid=str(meta["uid"])
@@ -431,6 +440,25 @@ class PoolController:
         except KubeApiError as exc:
             if exc.code != 409:
                 raise
+
+    async def _prune_revisions(
+        self, namespace: str, existing: Sequence[Mapping[str, Any]], keep: set[str | None]
+    ) -> None:
+        newest_first = sorted(existing, key=lambda item: int(item.get("revision") or 0), reverse=True)
+        for item in newest_first[REVISION_HISTORY:]:
+            meta = item.get("metadata") or {}
+            if (meta.get("labels") or {}).get(REVISION_LABEL) in keep:
+                continue
+            try:
+                await self.api.request(
+                    "DELETE",
+                    CONTROLLER_REVISION.path(namespace, str(meta.get("name"))),
+                    body={"preconditions": {"uid": meta.get("uid")}},
+                    what=f"delete ControllerRevision {namespace}/{meta.get('name')}",
+                )
+            except KubeApiError as exc:
+                if exc.code != 409:  # 409: already replaced by a newer object of that name
+                    raise
 
     async def _template_of(self, pool: Mapping[str, Any], revision: str) -> Mapping[str, Any]:
         meta = pool["metadata"]

@@ -316,6 +316,9 @@ class Reconciler:
             refusal=refusal,
             disk_blocker=disk_blocker,
             verification=verification,
+            backup_exemptions=tuple(
+                (disk.name, disk.backup_exemption_reason or "") for disk in spec.data_disks if not disk.backup
+            ),
         )
 
     async def _observed(self, kind: kube.Kind, namespace: str, name: str) -> dict[str, Any] | None:

@@ -38,6 +38,7 @@ HEAD_BYTES = 16 << 20  # every supported format's headers live in the first 16 M
 TAIL_BYTES = 1 << 20  # fixed VHD and streamOptimized VMDK footers live in the last few KiB
 CHUNK = 4 << 20
 MAX_TAR_MEMBERS = 10_000
+TAR_HEADER_SLACK = 64 << 20
 NOT_DISKS = (".ovf", ".mf", ".cert", ".nvram", ".sha256", ".sha512", ".sha1", ".txt", ".xml", ".json")
 
 Progress = Callable[[int], None]
@@ -308,12 +309,38 @@ def _has_header_at_zero(head: bytes) -> bool:
     return head[:4] in (qcow2.MAGIC, vmdk.SPARSE_MAGIC, vmdk.COWD_MAGIC) or head[:8] == vhdx.SIGNATURE
 
 
+class _Budget:
+    """Caps how far a tar stream may be read beyond the members announced so far.
+
+    ``tarfile`` reads a pax or GNU long-name header in one piece of the size the header claims; in a
+    compressed stream a forged claim could make it buffer gigabytes. Reading past the last member's data
+    plus ``TAR_HEADER_SLACK`` is refused instead.
+    """
+
+    def __init__(self, stream: _Readable, name: str) -> None:
+        self._stream = stream
+        self._name = name
+        self.consumed = 0
+        self.allowance = TAR_HEADER_SLACK
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._stream.read(size)
+        self.consumed += len(data)
+        if self.consumed > self.allowance:
+            raise CorruptImageError(
+                f"{self._name}: a tar header claims an absurd size; the archive is corrupt"
+            )
+        return data
+
+
 def _capture_from_tar(stream: _Readable, name: str, want_content: bool) -> tuple[_Capture, str, str]:
     names: list[str] = []
     captured: _Capture | None = None
     captured_name = ""
-    with tarfile.open(fileobj=stream, mode="r|") as archive:  # type: ignore[call-overload]
+    budget = _Budget(stream, name)
+    with tarfile.open(fileobj=budget, mode="r|") as archive:  # type: ignore[call-overload]
         for count, member in enumerate(archive):
+            budget.allowance = budget.consumed + member.size + TAR_HEADER_SLACK
             if count > MAX_TAR_MEMBERS:
                 raise UnsupportedImageError(f"{name}: the archive has more than {MAX_TAR_MEMBERS} members")
             if not member.isfile():
