@@ -34,6 +34,7 @@ from controlplane import (  # noqa: E402 (the launcher lives next to this script
     attach,
     default_crd_folders,
     install_crds,
+    load_crd_documents,
     start,
 )
 from uds_vm_operator.cli._kube import CliKubeError, KubeClient  # noqa: E402
@@ -96,7 +97,7 @@ def ensure_plane(state_dir: Path) -> tuple[ControlPlane, bool]:
     existing = attach(state_dir)
     if existing is not None and existing.is_healthy():
         say(f"reusing the control plane in {state_dir} ({existing.server})")
-        install_crds(existing, default_crd_folders())
+        install_crds(existing, load_crd_documents(default_crd_folders()))
         return existing, False
     if existing is not None:
         say("found a stale control plane record; stopping it first")
@@ -146,6 +147,7 @@ def operator_ready(process: subprocess.Popen[bytes], health_port: int, log_path:
 
 
 def vm_status(client: KubeClient) -> dict[str, Any]:
+    """The demo VM's status (empty until the operator wrote one)."""
     body = client.request(
         "GET", f"/apis/uds.dev/v1alpha1/namespaces/{NAMESPACE}/udsvirtualmachines/{VM_NAME}", what="read"
     )
@@ -153,7 +155,11 @@ def vm_status(client: KubeClient) -> dict[str, Any]:
 
 
 def wait_phase(client: KubeClient, phase: str, timeout_s: float = 60) -> dict[str, Any]:
-    status = wait(lambda: (s := vm_status(client)).get("phase") == phase and s, timeout_s, f"phase {phase}")
+    def reached() -> dict[str, Any] | None:
+        status = vm_status(client)
+        return status if status.get("phase") == phase else None
+
+    status = wait(reached, timeout_s, f"phase {phase}")
     say(f"status.phase = [bold]{phase}[/]  {status.get('message', '')}")
     return status
 
@@ -191,6 +197,27 @@ def print_wide_table(client: KubeClient) -> None:
         )
     console.print(f"\n$ kubectl get udsvm -n {NAMESPACE} -o wide")
     console.print(table)
+
+
+def remove_earlier_demo(client: KubeClient) -> None:
+    """On a reused control plane, delete the VM of an earlier run and wait until its children are gone."""
+    paths = [
+        f"/apis/uds.dev/v1alpha1/namespaces/{NAMESPACE}/udsvirtualmachines/{VM_NAME}",
+        f"/apis/cdi.kubevirt.io/v1beta1/namespaces/{NAMESPACE}/datavolumes/{VM_NAME}-dv",
+        f"/apis/kubevirt.io/v1/namespaces/{NAMESPACE}/virtualmachines/{VM_NAME}",
+    ]
+    if all(client.request("GET", path, what="look for an earlier demo") is None for path in paths):
+        return
+    say("removing the VM of an earlier demo run")
+    for path in paths:
+        client.request(
+            "DELETE", path, body={"propagationPolicy": "Background"}, what="delete an earlier demo"
+        )
+    wait(
+        lambda: all(client.request("GET", path, what="wait for deletion") is None for path in paths),
+        60,
+        "the earlier demo VM to be deleted",
+    )
 
 
 def run_demo(client: KubeClient) -> None:
@@ -283,11 +310,7 @@ def main(argv: list[str] | None = None) -> int:
             if client.request("GET", f"/api/v1/namespaces/{NAMESPACE}", what="read the namespace") is None:
                 namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
                 client.request("POST", "/api/v1/namespaces", body=namespace, what="create the namespace")
-            client.request(
-                "DELETE",
-                f"/apis/uds.dev/v1alpha1/namespaces/{NAMESPACE}/udsvirtualmachines/{VM_NAME}",
-                what="clean up an earlier demo VM",
-            )
+            remove_earlier_demo(client)
             say(f"starting uds-vm-operator (log: {log_path})")
             operator, health_port = start_operator(plane.kubeconfig, log_path)
             wait(lambda: operator_ready(operator, health_port, log_path), 60, "the operator to be ready")

@@ -63,6 +63,23 @@ def ready_status(now: str) -> dict[str, Any]:
     }
 
 
+def failed_status(now: str) -> dict[str, Any]:
+    """The status the UDSVirtualMachine controller writes when the disk digest does not match."""
+    return {
+        "phase": "Failed",
+        "reconciledBy": "kopf-python",
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "False",
+                "reason": "ChecksumMismatch",
+                "message": "the imported disk does not match the declared digest",
+                "lastTransitionTime": now,
+            }
+        ],
+    }
+
+
 @dataclass
 class ReadinessPlayer:
     """Marks each new member Ready ``delay_s`` after it first appears, unless its revision never boots."""
@@ -72,6 +89,8 @@ class ReadinessPlayer:
     pool: str
     delay_s: float
     never_ready: set[str] = field(default_factory=set)
+    fail: set[str] = field(default_factory=set)
+    """Revisions whose members report ``phase: Failed`` (e.g. a digest mismatch) instead of Ready."""
     poll_s: float = 0.1
     marked: list[str] = field(default_factory=list)
     _seen: dict[str, float] = field(default_factory=dict)
@@ -115,12 +134,13 @@ class ReadinessPlayer:
             revision = (meta.get("labels") or {}).get(REVISION_LABEL)
             if is_ready(member) or meta.get("deletionTimestamp") or revision in self.never_ready:
                 continue
-            if now - first < self.delay_s:
+            if now - first < self.delay_s or (member.get("status") or {}).get("phase") == "Failed":
                 continue
             stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            status = failed_status(stamp) if revision in self.fail else ready_status(stamp)
             patched = client.patch(
                 members_path(self.namespace, meta["name"]) + "/status",
-                content=json.dumps({"status": ready_status(stamp)}).encode(),
+                content=json.dumps({"status": status}).encode(),
                 headers={"Content-Type": MERGE},
                 params={"fieldManager": TEST_MANAGER, "fieldValidation": "Strict"},
             )
@@ -226,3 +246,29 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, what: str, interv
         time.sleep(interval_s)
         last = predicate()
     return last
+
+
+PVC_PROTECTION = "kubernetes.io/pvc-protection"
+
+
+def release_pvc_protection(client: Any, namespace: str) -> None:
+    """Play the pvc-protection controller (not run by the test control plane) so the namespace can go.
+
+    PVCs get the ``kubernetes.io/pvc-protection`` finalizer on creation; without its controller a deleted
+    namespace holding PVCs would stay Terminating forever and keep the garbage collector busy.
+    """
+    response = client.get(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims")
+    response.raise_for_status()
+    for pvc in response.json().get("items") or []:
+        finalizers = pvc["metadata"].get("finalizers") or []
+        if PVC_PROTECTION not in finalizers:
+            continue
+        remaining = [f for f in finalizers if f != PVC_PROTECTION]
+        patched = client.patch(
+            f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{pvc['metadata']['name']}",
+            content=json.dumps({"metadata": {"finalizers": remaining or None}}).encode(),
+            headers={"Content-Type": MERGE},
+            params={"fieldManager": TEST_MANAGER},
+        )
+        if patched.status_code != 404:
+            patched.raise_for_status()

@@ -29,6 +29,14 @@ from uds_vm_operator.render import ClusterFacts, Owner, render_children
 __all__ = ["api", "operator"]  # fixtures used by name
 
 
+def terminating_namespaces(api: Api) -> list[str]:
+    return [
+        ns["metadata"]["name"]
+        for ns in api.items("/api/v1/namespaces")
+        if (ns.get("status") or {}).get("phase") == "Terminating"
+    ]
+
+
 def test_resync_of_unchanged_objects_makes_zero_write_requests(
     api: Api, operator: OperatorProcess, namespace: str
 ) -> None:
@@ -44,6 +52,10 @@ def test_resync_of_unchanged_objects_makes_zero_write_requests(
     play_kubevirt(api, namespace, "vm0", "Running", True)
     wait_phase(api, operator, namespace, "vm0", "Ready")
     operator.wait_quiet(minimum=len(names))
+
+    # The API server's counters are cluster-wide: wait until earlier tests' namespaces are finalised, so the
+    # garbage collector deleting their children cannot write during the measured windows.
+    wait_for(lambda: not terminating_namespaces(api), 180, 1.0, what="no namespace left in Terminating")
 
     # Forced resync 1: restart the operator; it re-lists and reconciles every object.
     operator.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
 from lightkube.resources.core_v1 import Namespace, PersistentVolumeClaim, ResourceQuota
 from lightkube.types import PatchType
+from pool_play import http_client, release_pvc_protection
 from typer.testing import CliRunner
 
 from kube_helpers import DataVolume, apply_strict, create_strict
@@ -75,7 +77,7 @@ def _data_volume(name: str, namespace: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def golden(kube_client: Client) -> Iterator[tuple[str, str]]:
+def golden(kube_client: Client, control_plane: Any) -> Iterator[tuple[str, str]]:
     """A golden-image namespace and a consumer namespace, made from the CLI's manifests.
 
     Short names: the consumer identity is a client certificate whose CN (at most 64 characters) is
@@ -104,6 +106,11 @@ def golden(kube_client: Client) -> Iterator[tuple[str, str]]:
             apply_strict(kube_client, manifest)
         yield image_ns, consumer
     finally:
+        client = http_client(Path(control_plane.kubeconfig))
+        try:
+            release_pvc_protection(client, consumer)
+        finally:
+            client.close()
         for name in (image_ns, consumer):
             try:
                 kube_client.delete(Namespace, name)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_harness import Api, OperatorProcess
+from operator_harness import Api, OperatorProcess, apiserver_writes
 from pool_play import ReadinessPlayer, ReadyWatcher, members_path, pool_path, wait_until
 
 from uds_vm_operator.fleet import POOL_LABEL, REVISION_LABEL, revision_hash
@@ -337,3 +337,70 @@ def test_history_metrics_invalid_spec_and_deletion(api, namespace, pool_operator
     api.call("DELETE", pool_path(namespace, POOL), {"propagationPolicy": "Background"}, expect=(200, 202))
     wait_until(lambda: pool_series(pool_operator, namespace) == {}, 60, "pool series removed")
     wait_until(lambda: not members(api, namespace), 120, "members garbage-collected with their pool")
+
+
+def test_a_foreign_vm_holding_a_member_name_is_reported(api, namespace, pool_operator):  # type: ignore[no-untyped-def]
+    squatter = {
+        "apiVersion": "uds.dev/v1alpha1",
+        "kind": "UDSVirtualMachine",
+        "metadata": {"name": f"{POOL}-1", "namespace": namespace},
+        "spec": {"source": {"dataSource": {"name": "other"}}},
+    }
+    code, _ = api.create(squatter, members_path(namespace))
+    assert code == 201
+    api.create(pool_manifest(namespace, replicas=2, image="a"), pool_path(namespace))
+    wait_until(lambda: "MemberNameTaken" in events_of(api, namespace), 60, "a MemberNameTaken Event")
+    assert sorted(members(api, namespace)) == [f"{POOL}-0"]  # the foreign VM is not adopted or touched
+    assert pool_operator.healthy()
+
+
+def test_a_settled_pool_costs_no_writes_on_resync(api, namespace, pool_operator, control_plane):  # type: ignore[no-untyped-def]
+    player = ReadinessPlayer(Path(control_plane.kubeconfig), namespace, POOL, delay_s=0.2).start()
+    try:
+        api.create(pool_manifest(namespace, replicas=3, image="a"), pool_path(namespace))
+        wait_rolled_out(api, pool_operator, namespace, stored_revision(api, namespace), 3)
+    finally:
+        player.stop()
+    resources = {"udsvirtualmachinepools", "udsvirtualmachines", "controllerrevisions", "events"}
+    wait_until(lambda: condition(pool_status(api, namespace), "Ready").get("status") == "True", 30, "Ready")
+    pool_operator.stop()
+    before = apiserver_writes(api, resources)
+    pool_operator.start()  # a fresh process lists everything again: every pool and member is reconciled
+    wait_until(lambda: "pool reconciled" in pool_operator.logs(), 60, "a pool reconcile after the restart")
+    time.sleep(2)  # let the member events of the initial listing drain (observation window)
+    assert apiserver_writes(api, resources) == before
+
+
+def test_a_failed_member_rolls_back_without_waiting_for_the_deadline(
+    api, namespace, pool_operator, control_plane
+):  # type: ignore[no-untyped-def]
+    player = ReadinessPlayer(Path(control_plane.kubeconfig), namespace, POOL, delay_s=0.3).start()
+    try:
+        api.create(
+            pool_manifest(
+                namespace, replicas=2, image="good", progressDeadlineSeconds=3600, rollbackOnFailure=True
+            ),
+            pool_path(namespace),
+        )
+        first = stored_revision(api, namespace)
+        wait_rolled_out(api, pool_operator, namespace, first, 2)
+        api.merge(
+            pool_path(namespace, POOL),
+            {"spec": {"template": {"spec": {"source": {"dataSource": {"name": "tampered"}}}}}},
+        )
+        player.fail.add(stored_revision(api, namespace))
+        # Far sooner than the one-hour deadline: a Failed member needs no waiting.
+        wait_until(
+            lambda: condition(pool_status(api, namespace), "RolledBack").get("status") == "True",
+            60,
+            "RolledBack",
+        )
+        wait_rolled_out(api, pool_operator, namespace, first, 2)
+    finally:
+        player.stop()
+    notes = [
+        e.get("note", "")
+        for e in api.items(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+        if e.get("reason") == "RolledBack"
+    ]
+    assert notes and "failed (status.phase Failed" in notes[0]

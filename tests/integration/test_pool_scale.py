@@ -18,7 +18,15 @@ from typing import Any
 
 import pytest
 from operator_harness import Api, OperatorProcess
-from pool_play import MERGE, TEST_MANAGER, http_client, members_path, pool_path, wait_until
+from pool_play import (
+    MERGE,
+    TEST_MANAGER,
+    http_client,
+    members_path,
+    pool_path,
+    release_pvc_protection,
+    wait_until,
+)
 
 from uds_vm_operator.fleet import POOL_LABEL
 
@@ -106,6 +114,17 @@ def api(control_plane: Any) -> Iterator[Api]:
 
 
 @pytest.fixture
+def pvcs_released(control_plane: Any, namespace: str) -> Iterator[None]:
+    """After the test, let the namespace's Retain PVCs go with it (see ``release_pvc_protection``)."""
+    yield
+    client = http_client(Path(control_plane.kubeconfig))
+    try:
+        release_pvc_protection(client, namespace)
+    finally:
+        client.close()
+
+
+@pytest.fixture
 def full_operator(control_plane: Any, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
     process = OperatorProcess(Path(control_plane.kubeconfig), namespace, tmp_path / "logs")
     process.start()
@@ -164,7 +183,7 @@ def wait_fleet(api: Api, operator: OperatorProcess, namespace: str, replicas: in
         ) from None
 
 
-def test_scale_five_two_five_keeps_retain_disks(api, namespace, full_operator, control_plane):  # type: ignore[no-untyped-def]
+def test_scale_five_two_five_keeps_retain_disks(api, namespace, full_operator, control_plane, pvcs_released):  # type: ignore[no-untyped-def]
     with ClusterPlayer(Path(control_plane.kubeconfig), namespace):
         api.create(pool(namespace, 5), pool_path(namespace))
         wait_fleet(api, full_operator, namespace, 5)

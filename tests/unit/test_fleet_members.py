@@ -180,3 +180,9 @@ def test_linux_members_get_no_windows_section():
 def test_negative_ordinals_are_refused():
     with pytest.raises(ValueError, match="negative"):
         member_name("web", -1)
+
+
+def test_failed_members_are_marked_failed():
+    view = member_view("web", live("web-0", phase="Failed", ready_condition="False"))
+    assert view is not None and view.failed and not view.ready
+    assert not member_view("web", live("web-0")).failed  # type: ignore[union-attr]

@@ -468,3 +468,17 @@ def test_deadline_and_recheck_agree_on_fractions_of_a_second():
     late = MemberView("pool-0", 0, "new", False, T0 - timedelta(seconds=5.3))
     assert seconds_until_next_deadline(p, [late], target_revision="new", now=T0) is None
     assert plan(p, [late]) == [HaltRollout("pool-0", "new", waited_s=5, deadline_s=5)]
+
+
+def test_a_failed_member_halts_at_once_without_waiting_for_the_deadline():
+    failed = MemberView("pool-5", 5, "new", ready=False, created_at=T0 - timedelta(seconds=3), failed=True)
+    members = [member(i, "old") for i in range(5)] + [failed]
+    actions = plan(params(rollback=True), members, previous="old")
+    assert actions == [HaltRollout("pool-5", "new", 3, 600, failed=True), Rollback("new", "old")]
+    assert "failed" in actions[0].message  # type: ignore[union-attr]
+
+
+def test_a_failed_outdated_member_is_simply_replaced():
+    failed_old = MemberView("pool-0", 0, "old", ready=False, created_at=T0, failed=True)
+    actions = plan(params(replicas=2), [failed_old, member(1)])
+    assert DeleteMember("pool-0", 0, "old", "Outdated", was_ready=False) in actions

@@ -82,6 +82,12 @@ class PoolOutcome:
     rolled_back: bool = False
 
 
+class PoolMemberNameTakenError(ControllerError):
+    """A UDSVirtualMachine outside the pool already has a member's name."""
+
+    retryable = False
+
+
 class PoolTemplateMissingError(ControllerError):
     """The ControllerRevision holding a revision's template is gone, so the pool cannot return to it."""
 
@@ -327,9 +333,10 @@ class PoolController:
         try:
             await self.api.create(manifest)
         except KubeApiError as exc:
-            if exc.code == 409:  # a previous reconcile created it, or its predecessor is still going away
-                return 0
-            raise
+            if exc.code != 409:
+                raise
+            await self._check_name_is_ours(pool, ref, manifest["metadata"]["name"])
+            return 0  # a previous reconcile created it, or its predecessor is still going away
         log.info(
             "pool member created",
             extra={
@@ -346,6 +353,21 @@ class PoolController:
             f"created {manifest['metadata']['name']} (revision {action.revision}, {action.reason})",
         )
         return 1
+
+    async def _check_name_is_ours(self, pool: Mapping[str, Any], ref: PoolRef, name: str) -> None:
+        """A member name taken by a VM outside the pool blocks that ordinal: say so instead of waiting."""
+        existing = await self.api.get(kube.UDS_VM, ref.namespace, name)
+        if (
+            existing is None
+            or ((existing.get("metadata") or {}).get("labels") or {}).get(POOL_LABEL) == ref.name
+        ):
+            return
+        message = (
+            f"UDSVirtualMachine {ref.namespace}/{name} exists but is not a member of pool {ref.name}; "
+            "rename or delete it so the pool can use that ordinal"
+        )
+        await self._emit(pool, "Warning", "MemberNameTaken", message)
+        raise PoolMemberNameTakenError(message)
 
     async def _delete_member(
         self, pool: Mapping[str, Any], members: Sequence[MemberView], action: DeleteMember

@@ -31,16 +31,22 @@ class DeleteMember:
 
 @dataclass(frozen=True)
 class HaltRollout:
-    """A member of the target revision missed the progress deadline: take no further step."""
+    """A member of the target revision failed or missed the progress deadline: take no further step."""
 
     member: str
     revision: str
     waited_s: int
     deadline_s: int
+    failed: bool = False
 
     @property
     def message(self) -> str:
         """One line for the condition and the Event, saying what happened and what to do."""
+        if self.failed:
+            return (
+                f"member {self.member} of revision {self.revision} failed (status.phase Failed, see its "
+                "conditions); the rollout is halted: fix the image or change spec.template"
+            )
         return (
             f"member {self.member} of revision {self.revision} is not Ready after {self.waited_s}s "
             f"(progressDeadlineSeconds {self.deadline_s}); the rollout is halted: fix the member or change "

@@ -63,6 +63,8 @@ class MemberView:
     ready: bool
     created_at: datetime
     deleting: bool = False
+    failed: bool = False
+    """The member reports ``phase: Failed`` (e.g. ChecksumMismatch): waiting for the deadline is pointless."""
 
 
 def member_name(pool: str, ordinal: int) -> str:
@@ -104,6 +106,7 @@ def member_view(pool: str, obj: Mapping[str, Any]) -> MemberView | None:
         ready=_is_ready(status),
         created_at=parse_timestamp(metadata.get("creationTimestamp")),
         deleting=bool(metadata.get("deletionTimestamp")),
+        failed=status.get("phase") == "Failed",
     )
 
 

@@ -2,9 +2,10 @@
 
 Surge-first and readiness-gated, the rules a reviewer can check one by one:
 
-1. A member of the target revision that is still not Ready ``progressDeadlineSeconds`` after it was
-   created stalls the rollout: the plan is ``HaltRollout`` (plus ``Rollback`` to the previous revision
-   when ``rollbackOnFailure`` is on and there is one), and nothing is created or deleted.
+1. A member of the target revision that reports ``phase: Failed``, or is still not Ready
+   ``progressDeadlineSeconds`` after it was created, stalls the rollout: the plan is ``HaltRollout``
+   (plus ``Rollback`` to the previous revision when ``rollbackOnFailure`` is on and there is one), and
+   nothing is created or deleted.
 2. Every ordinal in ``[0, replicas)`` that no member holds gets a new member of the target revision, as
    long as the pool holds fewer than ``replicas + maxSurge`` members (members being deleted count: their
    VMs still use the hosts until they are gone).
@@ -91,22 +92,23 @@ def min_ready(params: RolloutParameters) -> int:
 def stalled_member(
     params: RolloutParameters, members: Sequence[MemberView], *, target_revision: str, now: datetime
 ) -> HaltRollout | None:
-    """The first target-revision member past the progress deadline without becoming Ready, if any."""
+    """The target-revision member that failed, or waited longest past the deadline without becoming Ready."""
     late: list[HaltRollout] = []
     for member in members:
         if member.deleting or member.ready or member.revision != target_revision:
             continue
         waited_s = (now - member.created_at).total_seconds()
-        if waited_s > params.progress_deadline_s:
+        if member.failed or waited_s > params.progress_deadline_s:
             late.append(
                 HaltRollout(
                     member=member.name,
                     revision=target_revision,
-                    waited_s=int(waited_s),
+                    waited_s=max(0, int(waited_s)),
                     deadline_s=params.progress_deadline_s,
+                    failed=member.failed,
                 )
             )
-    return min(late, key=lambda halt: (-halt.waited_s, halt.member)) if late else None
+    return min(late, key=lambda halt: (not halt.failed, -halt.waited_s, halt.member)) if late else None
 
 
 def rollout_complete(
