@@ -20,3 +20,8 @@ app.kubernetes.io/component: operator
 {{- fail "rbac.scope=namespaced needs watchNamespaces: set --set 'watchNamespaces={ns1,ns2}'" }}
 {{- end }}
 {{- end }}
+
+{{/* The operator's image; the verifier pods it starts (SI-7) run the very same reference. */}}
+{{- define "uds-vm-operator.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{- end }}

@@ -33,20 +33,31 @@ SA = "uds-vm-operator"
 MUST_ALLOW = [
     ("watch", "uds.dev", "udsvirtualmachines", ""),
     ("patch", "uds.dev", "udsvirtualmachines", "status"),
-    ("update", "uds.dev", "udsvirtualmachinepools", "scale"),
+    ("create", "uds.dev", "udsvirtualmachines", ""),  # pool members
+    ("delete", "uds.dev", "udsvirtualmachines", ""),
+    ("patch", "uds.dev", "udsvirtualmachinepools", "status"),
+    ("create", "apps", "controllerrevisions", ""),  # pool revision history
+    ("delete", "apps", "controllerrevisions", ""),
+    ("patch", "uds.dev", "packages", ""),
     ("create", "cdi.kubevirt.io", "datavolumes", ""),
+    ("patch", "cdi.kubevirt.io", "datavolumes", ""),  # server-side apply and the SI-7 verdict annotation
     ("delete", "cdi.kubevirt.io", "datavolumes", ""),
     ("create", "cdi.kubevirt.io", "datavolumes", "source"),
     ("create", "cdi.kubevirt.io", "datasources", ""),
     ("create", "kubevirt.io", "virtualmachines", ""),
+    ("patch", "kubevirt.io", "virtualmachines", ""),
     ("list", "kubevirt.io", "virtualmachineinstances", ""),
     ("create", "", "secrets", ""),
     ("create", "", "persistentvolumeclaims", ""),
-    ("create", "", "pods", ""),
+    ("create", "", "pods", ""),  # SI-7 verifier
+    ("patch", "", "pods", ""),
+    ("watch", "", "pods", ""),
     ("delete", "", "pods", ""),
+    ("get", "", "configmaps", ""),  # image records
     ("create", "networking.k8s.io", "networkpolicies", ""),
+    ("patch", "networking.k8s.io", "networkpolicies", ""),
+    ("create", "", "services", ""),
     ("create", "gateway.networking.k8s.io", "httproutes", ""),
-    ("create", "", "events", ""),
     ("create", "events.k8s.io", "events", ""),
     ("patch", "kopf.dev", "kopfpeerings", ""),
 ]
@@ -56,6 +67,7 @@ MUST_ALLOW_CLUSTER = [
     ("list", "", "nodes", ""),
     ("patch", "kopf.dev", "clusterkopfpeerings", ""),
     ("list", "kubevirt.io", "kubevirts", ""),
+    ("get", "cdi.kubevirt.io", "cdiconfigs", ""),
 ]
 MUST_DENY = [
     ("patch", "", "nodes", "", None),
@@ -67,10 +79,19 @@ MUST_DENY = [
     ("impersonate", "", "users", "", None),
     ("impersonate", "", "serviceaccounts", "", "vm"),
     ("create", "", "pods", "exec", "vm"),
+    ("create", "", "pods", "attach", "vm"),
+    ("patch", "", "pods", "status", "vm"),  # only kubelet reports a verdict
     ("create", "", "serviceaccounts", "token", "vm"),
     ("delete", "", "secrets", "", "vm"),
+    ("list", "", "configmaps", "", "vm"),  # image records are read by name only
+    ("patch", "", "configmaps", "", "vm"),
     ("update", "apiextensions.k8s.io", "customresourcedefinitions", "", None),
+    ("patch", "cdi.kubevirt.io", "cdiconfigs", "", None),
     ("delete", "kubevirt.io", "virtualmachines", "", "vm"),
+    ("patch", "uds.dev", "udsvirtualmachines", "", "vm"),  # the user's spec is never rewritten
+    ("update", "uds.dev", "udsvirtualmachines", "", "vm"),
+    ("update", "uds.dev", "udsvirtualmachinepools", "scale", "vm"),
+    ("create", "", "events", "", "vm"),  # only events.k8s.io/v1 Events are recorded
 ]
 
 

@@ -20,29 +20,29 @@ _spec.loader.exec_module(render)
 
 # (apiGroup, resource) -> verbs the operator needs (issue 7), asserted exactly: new grants are deliberate.
 REQUIRED = {
-    ("uds.dev", "udsvirtualmachines"): {"get", "list", "watch", "patch", "update"},
-    ("uds.dev", "udsvirtualmachines/status"): {"get", "list", "watch", "patch", "update"},
-    ("uds.dev", "udsvirtualmachinepools"): {"get", "list", "watch", "patch", "update"},
-    ("uds.dev", "udsvirtualmachinepools/status"): {"get", "list", "watch", "patch", "update"},
-    ("uds.dev", "udsvirtualmachinepools/scale"): {"get", "list", "watch", "patch", "update"},
-    ("uds.dev", "packages"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("cdi.kubevirt.io", "datavolumes"): {"get", "list", "watch", "create", "patch", "update", "delete"},
-    ("cdi.kubevirt.io", "datasources"): {"get", "list", "watch", "create", "patch"},
+    ("uds.dev", "udsvirtualmachines"): {"get", "list", "watch", "create", "delete"},
+    ("uds.dev", "udsvirtualmachines/status"): {"patch"},
+    ("uds.dev", "udsvirtualmachinepools"): {"get", "list", "watch"},
+    ("uds.dev", "udsvirtualmachinepools/status"): {"patch"},
+    ("apps", "controllerrevisions"): {"get", "list", "create", "delete"},
+    ("uds.dev", "packages"): {"get", "list", "create", "patch", "delete"},
+    ("cdi.kubevirt.io", "datavolumes"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("cdi.kubevirt.io", "datasources"): {"get", "create", "patch"},
     ("cdi.kubevirt.io", "datavolumes/source"): {"create"},
-    ("kubevirt.io", "virtualmachines"): {"get", "list", "watch", "create", "patch", "update"},
+    ("cdi.kubevirt.io", "cdiconfigs"): {"get"},
+    ("kubevirt.io", "virtualmachines"): {"get", "list", "watch", "create", "patch"},
     ("kubevirt.io", "virtualmachineinstances"): {"get", "list", "watch"},
     ("kubevirt.io", "kubevirts"): {"get", "list", "watch"},
     ("", "secrets"): {"get", "list", "watch", "create", "patch"},
     ("", "persistentvolumeclaims"): {"get", "list", "watch", "create", "patch"},
-    ("", "configmaps"): {"get", "list", "watch"},
-    ("", "services"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("", "pods"): {"get", "list", "watch", "create", "delete"},
-    ("", "events"): {"create", "patch"},
-    ("events.k8s.io", "events"): {"create", "patch"},
+    ("", "configmaps"): {"get"},
+    ("", "services"): {"get", "create", "patch"},
+    ("", "pods"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("events.k8s.io", "events"): {"create"},
     ("", "namespaces"): {"get", "list", "watch"},
     ("", "nodes"): {"get", "list", "watch"},
-    ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "patch", "delete"},
-    ("gateway.networking.k8s.io", "httproutes"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "patch"},
+    ("gateway.networking.k8s.io", "httproutes"): {"get", "create", "patch"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
     ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"},
     ("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch"},
@@ -142,6 +142,8 @@ def test_deployment_meets_the_restricted_pod_security_profile() -> None:
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert {"requests", "limits"} <= container["resources"].keys()
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    assert env["UDS_VM_OPERATOR_IMAGE"] == container["image"], "verifier pods run the operator's own image"
 
 
 def test_dashboard_configmap_carries_the_dashboard_for_sidecar_import() -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import random
 from pathlib import Path
 from typing import Any
 
@@ -392,8 +394,87 @@ def test_unusable_image_records_are_refused(bad: dict[str, Any]) -> None:
         parse_image_record(bad)
 
 
-def test_image_record_reference_is_the_annotation() -> None:
-    assert image_record_name({"metadata": {"annotations": {"uds.dev/image-record": "web-image-record"}}}) == (
-        "web-image-record"
+def test_image_record_reference_is_the_spec_field_or_the_annotation() -> None:
+    annotated = {"metadata": {"annotations": {"uds.dev/image-record": "web-image-record"}}}
+    assert image_record_name(annotated) == "web-image-record"
+    assert image_record_name({**annotated, "spec": {"imageRecord": "other-record"}}) == "other-record"
+    assert image_record_name({"metadata": {}, "spec": {}}) is None
+
+
+def test_a_record_without_a_digest_of_the_declared_kind_cannot_vouch_for_it() -> None:
+    sha512 = "sha512:" + "a" * 128
+    outcome = decide(observe(declared_checksum=sha512, image_record_name="r", image_record=record()))
+    assert outcome.failure is not None and outcome.failure[0] == "ImageRecordMismatch"
+    assert "--sha512" in outcome.failure[1] and outcome.hold_vm and not outcome.actions
+
+
+def test_a_sha512_declaration_is_tied_to_the_record_by_its_sealed_sha512() -> None:
+    sha512 = "sha512:" + "a" * 128
+    doc = {"sha256": DECLARED, "sha512": sha512, "content_sha256": CONTENT, "virtual_size_bytes": SIZE}
+    parsed = parse_image_record(configmap(doc))
+    assert parsed.sha512 == parse_digest(sha512)
+    outcome = decide(observe(declared_checksum=sha512, image_record_name="r", image_record=parsed))
+    (apply,) = outcome.actions
+    assert isinstance(apply, ApplyVerifier)
+    command = apply.manifests[1]["spec"]["containers"][0]["command"]
+    assert command[command.index("--expected") + 1] == CONTENT
+
+
+# ----------------------------------------------------- raw image whose size is not a multiple of 512 bytes
+
+
+def test_unaligned_raw_image_is_verified_against_the_content_digest_of_its_record(tmp_path: Path) -> None:
+    """prep → image record → decision → verify-disk on the bytes CDI writes, all real.
+
+    qemu (and so CDI) pads a raw image to whole 512-byte sectors, so the disk holds file + zeros: its
+    digest is the record's ``content_sha256``, not the declared file digest. Comparing against the file
+    digest would fail a perfectly good disk.
+    """
+    from uds_vm_operator.cli.prep import build_report  # noqa: PLC0415
+    from uds_vm_operator.cli.prep_manifests import (  # noqa: PLC0415
+        ManifestTarget,
+        image_record,
+        image_record_configmap,
     )
-    assert image_record_name({"metadata": {}}) is None
+    from uds_vm_operator.images import survey_image  # noqa: PLC0415
+
+    payload = random.Random(7).randbytes(3 * 512 + 100)
+    image = tmp_path / "appliance.raw"
+    image.write_bytes(payload)
+    report = build_report(survey_image(str(image)))
+    declared = "sha256:" + hashlib.sha256(payload).hexdigest()
+    assert report["format"] == "raw" and report["sha256"] == declared
+    assert report["virtual_size_bytes"] == 4 * 512
+    assert report["content_sha256"] != declared, "qemu's sector padding changes the content digest"
+
+    target = ManifestTarget(name="web", namespace="apps")
+    parsed = parse_image_record(image_record_configmap(image_record(report, target), target))
+    obs = observe(
+        declared_checksum=declared,
+        virtual_size_bytes=report["virtual_size_bytes"],
+        image_record_name=target.record_name,
+        image_record=parsed,
+    )
+    pod = started_pod(obs)
+    command = pod["spec"]["containers"][0]["command"]
+    assert command[command.index("--expected") + 1] == report["content_sha256"]
+    assert command[command.index("--virtual-size") + 1] == "2048"
+
+    disk = tmp_path / "disk.img"  # what CDI leaves in the PVC: the image, grown with zeros to the PVC size
+    disk.write_bytes(payload + bytes(1 << 20))
+    result = verify_disk(str(disk), 2048, report["content_sha256"])
+    outcome = decide(_with_pod(obs, terminate(pod, result.to_json(), result.exit_code)))
+    assert result.result == "match" and outcome.verified
+    assert outcome.verified_digest == declared, "the claim is about what the user declared"
+
+    # Without the record the only expectation is the file digest, and the padded disk cannot match it:
+    # the operator fails closed (VM off) and tells the user to reference the record.
+    plain = observe(declared_checksum=declared, virtual_size_bytes=2048)
+    bare = verify_disk(str(disk), 2048, declared)
+    failed = decide(_with_pod(plain, terminate(started_pod(plain), bare.to_json(), bare.exit_code)))
+    assert failed.failure is not None and failed.failure[0] == "ChecksumMismatch" and failed.hold_vm
+    assert "spec.imageRecord" in failed.failure[1]
+
+
+def _with_pod(obs: VerificationInput, pod: dict[str, Any]) -> VerificationInput:
+    return dataclasses.replace(obs, verifier_pod=pod)

@@ -36,6 +36,8 @@ HOSTNAME_PATTERN = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*
 MAX_VM_NAME_LENGTH = 52
 """Longest ``metadata.name``: ``<name>-cloudinit`` and ``<name>-<port>`` must stay 63-character DNS labels."""
 NETBIOS_MAX_LENGTH = 15
+GOLDEN_IMAGE_NAME_MAX = 55
+"""``<name>-v<version>`` (version <= 100000) must stay a 63-character DNS label."""
 
 SOURCE_KINDS = ("upload", "http", "s3", "registry", "dataSource", "pvc", "blank")
 RUN_STRATEGIES = ("Always", "Halted", "Manual", "RerunOnFailure", "Once")
@@ -511,8 +513,14 @@ class DriverMedia(ApiModel):
 class GoldenImage(ApiModel):
     """Mark an ``iso`` VM as a golden-image build: generalised, then published as ``<name>-v<version>``."""
 
-    name: DnsLabel
+    name: Annotated[str, Field(pattern=DNS_LABEL_PATTERN, min_length=1, max_length=GOLDEN_IMAGE_NAME_MAX)] = (
+        Field(description="DataSource name; versions are the DataVolumes <name>-v<version>.")
+    )
     version: Annotated[int, Field(ge=1, le=100000)]
+    keep: Annotated[int, Field(ge=1, le=100)] = Field(
+        default=3,
+        description="How many published versions (clone DataVolumes) to keep; older ones are deleted.",
+    )
 
 
 _NETBIOS_RULES = (
@@ -683,6 +691,21 @@ class BackupExemption(ApiModel):
     reason: Annotated[str, Field(max_length=256)]
 
 
+class GoldenImageStatus(ApiModel):
+    """Progress of a golden-image build: which version ran, which one the DataSource serves."""
+
+    name: Annotated[str, Field(max_length=63)]
+    phase: Literal["Building", "Cloning", "Published", "Blocked"]
+    started_version: Annotated[int, Field(ge=1)] | None = Field(
+        default=None,
+        description="The version whose build VM was seen running (a Stopped VM before it is not a build).",
+    )
+    published_version: Annotated[int, Field(ge=1)] | None = None
+    data_source: Annotated[str, Field(max_length=63)] | None = None
+    clone_data_volume: Annotated[str, Field(max_length=63)] | None = None
+    message: Annotated[str, Field(max_length=1024)] | None = None
+
+
 class UDSVirtualMachineStatus(ApiModel):
     """What the operator observed; written through the status subresource only."""
 
@@ -711,6 +734,7 @@ class UDSVirtualMachineStatus(ApiModel):
     conditions: Annotated[list[Condition], Field(max_length=32)] = Field(default_factory=list)
     message: Annotated[str, Field(max_length=4096)] | None = None
     backup_exemptions: Annotated[list[BackupExemption], Field(max_length=16)] = Field(default_factory=list)
+    golden_image: GoldenImageStatus | None = None
 
 
 # ---------------------------------------------------------------------------------------------- parsing

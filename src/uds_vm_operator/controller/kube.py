@@ -48,6 +48,7 @@ class Kind:
 
 UDS_VM = Kind("uds.dev/v1alpha1", "UDSVirtualMachine", "udsvirtualmachines")
 DATA_VOLUME = Kind("cdi.kubevirt.io/v1beta1", "DataVolume", "datavolumes")
+DATA_SOURCE = Kind("cdi.kubevirt.io/v1beta1", "DataSource", "datasources")
 VIRTUAL_MACHINE = Kind("kubevirt.io/v1", "VirtualMachine", "virtualmachines")
 VIRTUAL_MACHINE_INSTANCE = Kind("kubevirt.io/v1", "VirtualMachineInstance", "virtualmachineinstances")
 SECRET = Kind("v1", "Secret", "secrets")
@@ -65,6 +66,7 @@ KINDS = {
     for k in (
         UDS_VM,
         DATA_VOLUME,
+        DATA_SOURCE,
         VIRTUAL_MACHINE,
         VIRTUAL_MACHINE_INSTANCE,
         SECRET,

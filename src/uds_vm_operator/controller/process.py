@@ -22,6 +22,7 @@ from uds_vm_operator.controller.facts import DATAVOLUME_CRD, FactsCache
 from uds_vm_operator.controller.handlers import build_registry, configure_settings, watched_kinds
 from uds_vm_operator.controller.health import start_health_server
 from uds_vm_operator.controller.logsetup import configure_logging
+from uds_vm_operator.controller.memory import trim_when_idle, tune_allocator
 from uds_vm_operator.controller.reconciler import Reconciler
 from uds_vm_operator.controller.store import ObjectStore
 from uds_vm_operator.metrics import OperatorMetrics
@@ -64,6 +65,7 @@ def run(options: RunOptions) -> int:
 
 
 async def _serve(options: RunOptions) -> None:
+    tune_allocator()
     api = kube.KubeApi.from_kubeconfig(options.kubeconfig)
     metrics = OperatorMetrics()
     start_http_server(options.metrics_port, addr=options.bind_address, registry=metrics.registry)
@@ -93,6 +95,7 @@ async def _serve(options: RunOptions) -> None:
     ready = asyncio.Event()
     health = await start_health_server(options.bind_address, options.health_port, ready.is_set)
     workers = asyncio.create_task(reconciler.run(), name="reconcile-workers")
+    trimmer = asyncio.create_task(trim_when_idle(reconciler.idle), name="memory-trim")
     log.info(
         "operator starting",
         extra={
@@ -114,6 +117,7 @@ async def _serve(options: RunOptions) -> None:
             ready_flag=ready,
         )
     finally:
+        trimmer.cancel()
         workers.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await workers

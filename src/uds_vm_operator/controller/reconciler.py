@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -25,6 +27,12 @@ from uds_vm_operator.controller.compare import is_subset, needs_apply, normalise
 from uds_vm_operator.controller.errors import ControllerError, KubeApiError
 from uds_vm_operator.controller.events import build_event, transition_event
 from uds_vm_operator.controller.facts import FactsCache
+from uds_vm_operator.controller.golden_image import (
+    carried_status,
+    execute_golden_image,
+    observe_golden_image,
+)
+from uds_vm_operator.controller.platform import Platform
 from uds_vm_operator.controller.status import (
     REPLACING_REASON,
     Observation,
@@ -103,6 +111,8 @@ class Reconciler:
         self.completed = 0
         """Reconciles finished (any outcome): lets a health check or benchmark see progress."""
         self.verifier_image = verifier_image_from_env()
+        self.platform = Platform(api, vm_known=lambda ns, vm: store.contains(kube.UDS_VM, ns, vm))
+        """KVM guard, CDI source allowlist, live-migration note, UDS Package rules (controller.platform)."""
         """The operator's own image, run by SI-7 verifier pods (None: the verifier cannot run)."""
 
     # ------------------------------------------------------------------------------------------ queue
@@ -189,10 +199,10 @@ class Reconciler:
         owner_body = self.store.get(kube.UDS_VM, namespace, name)
         if owner_body is None:
             self.metrics.forget_vm(name=name, namespace=namespace)
-            return Outcome(deleted=True)
+            return Outcome(deleted=True, writes=await self.platform.forget(namespace, name))
         meta = owner_body.get("metadata") or {}
         if meta.get("deletionTimestamp"):
-            return Outcome(deleted=True)
+            return Outcome(deleted=True, writes=await self.platform.forget(namespace, name))
         outcome = Outcome()
         raw_spec = owner_body.get("spec") or {}
         owner = Owner(name=name, namespace=namespace, uid=str(meta.get("uid")))
@@ -209,6 +219,11 @@ class Reconciler:
             obs = self._base_observation(spec, facts, generation, refusal=refusal)
             await self._publish(owner_body, obs, outcome, status="invalid")
             return outcome
+        platform = await self.platform.assess(owner_body, spec)
+        for warning in platform.events:
+            if await self._emit_best_effort(owner_body, *warning):
+                outcome.writes += 1
+        self.platform.requeue_later((namespace, name), platform.requeue_after_s, self.enqueue)
 
         dv_name = f"{name}-dv"
         observed_dv = await self._observed(kube.DATA_VOLUME, namespace, dv_name)
@@ -229,7 +244,8 @@ class Reconciler:
         preliminary = self._base_observation(
             spec, facts, generation, datavolume=observed_dv, verification=verification
         )
-        run_strategy = "Halted" if must_hold_vm(preliminary) else None
+        golden = await observe_golden_image(self.api, self._observed, owner, owner_body, spec)
+        run_strategy = "Halted" if must_hold_vm(preliminary) else (golden.run_strategy if golden else None)
         try:
             children = render_children(
                 owner,
@@ -243,6 +259,7 @@ class Reconciler:
             await self._publish(owner_body, obs, outcome, status="invalid")
             return outcome
 
+        children = self.platform.filter_children(owner, platform, children, observed_dv is not None)
         observed: dict[tuple[str, str], dict[str, Any] | None] = {}
         desired_by_name: dict[tuple[str, str], dict[str, Any]] = {}
         disk_blocker: Refusal | None = None
@@ -265,6 +282,11 @@ class Reconciler:
                 log.info("applied", extra={"vm": f"{namespace}/{name}", "child": f"{kind.kind}/{child_name}"})
             observed[(kind.kind, child_name)] = current
             desired_by_name[(kind.kind, child_name)] = desired
+        package = await self.platform.sync_package(owner, spec, owner_body)
+        outcome.writes += package.writes
+        for warning in package.events:
+            if await self._emit_best_effort(owner_body, *warning):
+                outcome.writes += 1
 
         obs = self._base_observation(
             spec,
@@ -272,12 +294,24 @@ class Reconciler:
             generation,
             datavolume=observed.get(("DataVolume", dv_name)),
             virtual_machine=observed.get(("VirtualMachine", name)),
-            network_isolated=_in_place(desired_by_name, observed, ("NetworkPolicy", f"{name}-netpol")),
+            network_isolated=package.in_place
+            or _in_place(desired_by_name, observed, ("NetworkPolicy", f"{name}-netpol")),
             hardening=_hardening(desired_by_name, observed, name),
             disk_blocker=disk_blocker,
             verification=verification,
         )
-        await self._publish(owner_body, obs, outcome, status="success")
+        obs = dataclasses.replace(
+            obs,
+            extra_conditions=platform.conditions + package.conditions,
+            ready_blocker=platform.ready_blocker,
+        )
+        if golden is not None and golden.run_strategy is not None:  # the factory holds or runs the build VM
+            obs = dataclasses.replace(obs, run_strategy=golden.run_strategy)
+        outcome.writes += await execute_golden_image(
+            self.api, owner, golden, functools.partial(self._emit_best_effort, owner_body)
+        )
+        golden_status = {"goldenImage": golden.status if golden is not None else None}
+        await self._publish(owner_body, obs, outcome, status="success", extra_status=golden_status)
         return outcome
 
     # ------------------------------------------------------------------------------------------ parts
@@ -387,12 +421,20 @@ class Reconciler:
         return generate_admin_password()
 
     async def _publish(
-        self, owner_body: Mapping[str, Any], obs: Observation, outcome: Outcome, *, status: str
+        self,
+        owner_body: Mapping[str, Any],
+        obs: Observation,
+        outcome: Outcome,
+        *,
+        status: str,
+        extra_status: Mapping[str, Any] | None = None,
     ) -> None:
         """Write status (only if it changed), an Event on transitions, and the metrics."""
         meta = owner_body.get("metadata") or {}
         previous = owner_body.get("status") or {}
         desired = derive_status(obs, previous, _rfc3339(self.clock()))
+        # status.goldenImage comes from the golden-image factory; a refusal (no factory run) keeps the last.
+        desired.update(extra_status if extra_status is not None else carried_status(previous))
         desired["message"] = str(desired.get("message") or "")[:STATUS_MESSAGE_LIMIT]
         outcome.phase = desired["phase"]
         if status_changed(desired, previous):

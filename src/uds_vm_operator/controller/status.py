@@ -75,6 +75,10 @@ class Observation:
     """(disk, reason) of data disks deliberately left out of backups (CP-9 evidence)."""
     verification: VerificationOutcome | None = None
     """The SI-7 decision (controller.verification); when set it alone says what was verified."""
+    extra_conditions: tuple[tuple[str, tuple[str, str, str]], ...] = ()
+    """Platform conditions (controller.platform: KVMAvailable, ImportSourceAllowed, ...) appended as given."""
+    ready_blocker: tuple[str, str] | None = None
+    """(reason, message) from the platform that keeps Ready False (NoKVM, a blocked import source)."""
 
 
 def checksum_verified_by_cdi(obs: Observation) -> bool:
@@ -157,12 +161,15 @@ def _lifecycle(obs: Observation) -> tuple[str, str, list[tuple[str, _Cond]]]:
     failure = obs.verification.failure if obs.verification is not None else None
     if failure is not None and disk_phase != "Failed":
         phase, ready_cond = "Failed", ("False", failure[0], failure[1])
+    if obs.ready_blocker is not None and ready_cond[0] != "True" and phase != "Failed":
+        ready_cond = ("False", *obs.ready_blocker)
     conditions: list[tuple[str, _Cond]] = [
         ("Ready", ready_cond),
         ("DiskReady", disk_cond),
         ("ChecksumVerified", checksum_cond),
         ("NetworkIsolated", _network(obs)),
         ("Hardened", _hardened(obs)),
+        *obs.extra_conditions,
     ]
     return phase, ready_cond[2], conditions
 

@@ -67,10 +67,22 @@ class ImageRecord:
     content_sha256: Digest | None
     virtual_size_bytes: int | None
     format: str | None
+    sha512: Digest | None = None
+
+    def file_digest(self, algorithm: str) -> Digest | None:
+        """The sealed digest of the image *file* in ``algorithm`` (what a user declares), if recorded."""
+        return {"sha256": self.sha256, "sha512": self.sha512}.get(algorithm)
 
 
 def image_record_name(vm: Mapping[str, Any]) -> str | None:
-    """The ConfigMap named by the UDSVirtualMachine's ``uds.dev/image-record`` annotation, if any."""
+    """The image record ConfigMap a UDSVirtualMachine references, if any.
+
+    ``spec.imageRecord`` is the API; the ``uds.dev/image-record`` annotation is honoured too because prep
+    writes both and older manifests carry only the annotation. The spec wins when both are set.
+    """
+    spec_name = (vm.get("spec") or {}).get("imageRecord")
+    if isinstance(spec_name, str) and spec_name.strip():
+        return spec_name.strip()
     annotations = (vm.get("metadata") or {}).get("annotations") or {}
     name = annotations.get(IMAGE_RECORD_ANNOTATION)
     return name.strip() if isinstance(name, str) and name.strip() else None
@@ -95,13 +107,15 @@ def parse_image_record(configmap: Mapping[str, Any]) -> ImageRecord:
     size = doc.get("virtual_size_bytes")
     size_bytes = size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
     fmt = doc.get("format")
-    return ImageRecord(name, sha256, content, size_bytes, fmt if isinstance(fmt, str) else None)
+    sha512 = _record_digest(doc.get("sha512"), "sha512")
+    return ImageRecord(name, sha256, content, size_bytes, fmt if isinstance(fmt, str) else None, sha512)
 
 
-def _record_digest(value: object) -> Digest | None:
+def _record_digest(value: object, algorithm: str = "sha256") -> Digest | None:
     if isinstance(value, str) and ":" not in value:
-        value = f"sha256:{value}"  # records may hold bare hex; the key names the algorithm
-    return digest_or_none(value)
+        value = f"{algorithm}:{value}"  # records may hold bare hex; the key names the algorithm
+    digest = digest_or_none(value)
+    return digest if digest is not None and digest.algorithm == algorithm else None
 
 
 # ---------------------------------------------------------------------------------------------- actions
@@ -248,16 +262,23 @@ def _check_image_record(obs: VerificationInput, declared: Digest) -> tuple[State
     if obs.image_record_problem is not None or obs.image_record is None:
         return ("failed", "ImageRecordInvalid", obs.image_record_problem or "The image record is unreadable.")
     record = obs.image_record
-    if (
-        record.sha256 is not None
-        and record.sha256.algorithm == declared.algorithm
-        and record.sha256 != declared
-    ):
+    sealed = record.file_digest(declared.algorithm)
+    if sealed is not None and declared not in (sealed, record.content_sha256):
         return (
             "failed",
             "ImageRecordMismatch",
-            f"The declared digest {declared} differs from the file digest {record.sha256} sealed in image "
+            f"The declared digest {declared} differs from the file digest {sealed} sealed in image "
             f"record {record.name}; declare the digest prep recorded, or reference the right record.",
+        )
+    if sealed is None and record.content_sha256 != declared:
+        # Without a sealed digest of the declared kind, nothing ties the record's content digest (which
+        # the verifier would check) to the declaration: verifying it would prove nothing about the claim.
+        return (
+            "failed",
+            "ImageRecordMismatch",
+            f"Image record {record.name} holds no {declared.algorithm} digest of the image file, so it "
+            f"cannot be tied to the declared {declared}; declare the sha256 prep recorded, or re-run "
+            f"uds-vmctl prep{' --sha512' if declared.algorithm == 'sha512' else ''} and re-apply the record.",
         )
     if obs.virtual_size_bytes is not None and record.virtual_size_bytes not in (None, obs.virtual_size_bytes):
         return (
@@ -325,8 +346,9 @@ def _verify_in_cluster(
                 (
                     "False",
                     "VerifierUnavailable",
-                    "The operator does not know its own image, so it cannot run the verifier; set the "
-                    "operator's --verifier-image. The VM stays off.",
+                    "The operator does not know its own image, so it cannot run the verifier; set "
+                    "UDS_VM_OPERATOR_IMAGE on the operator's Deployment (the Helm chart sets it). "
+                    "The VM stays off.",
                 ),
             )
         return VerificationOutcome(
@@ -412,6 +434,13 @@ def _mismatch(
         + ("" if expected == declared else f" (declared {declared})")
         + "."
     )
+    if expected == declared:
+        # The verifier hashes what CDI wrote (raw content): a declared *file* digest only equals it for raw
+        # images whose size is a whole number of 512-byte sectors.
+        message += (
+            " If the image is qcow2, compressed or raw with a size that is not a multiple of 512 bytes, "
+            "reference the image record uds-vmctl prep wrote (spec.imageRecord): it seals the content digest."
+        )
     return VerificationOutcome(
         "failed",
         ("False", "ChecksumMismatch", message),

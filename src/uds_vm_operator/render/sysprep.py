@@ -49,6 +49,14 @@ _HARDENING_COMMANDS = (
         "Allow RDP through the firewall (the NetworkPolicy still gates it)",
         'netsh advfirewall firewall set rule group="remote desktop" new enable=Yes',
     ),
+    # Automatic BitLocker device encryption seals the key to the vTPM: without persistent VM state the TPM is
+    # new after every restart and the guest boots into BitLocker recovery; and sysprep /generalize refuses an
+    # encrypting disk. Encryption at rest belongs to the storage class; explicit BitLocker stays possible.
+    (
+        "Prevent automatic BitLocker device encryption (vTPM may not persist; blocks sysprep)",
+        'reg add "HKLM\\SYSTEM\\CurrentControlSet\\Control\\BitLocker" '
+        "/v PreventDeviceEncryption /t REG_DWORD /d 1 /f",
+    ),
 )
 
 
