@@ -155,8 +155,16 @@ class OperatorProcess:
     """One operator subprocess serving one namespace (standalone: no peering objects)."""
 
     def __init__(
-        self, kubeconfig: Path, namespace: str, log_dir: Path, *, extra_args: Iterable[str] = ()
+        self,
+        kubeconfig: Path,
+        namespace: str,
+        log_dir: Path,
+        *,
+        extra_args: Iterable[str] = (),
+        peering: str | None = None,
     ) -> None:
+        self.peering = peering
+        """Run with ``--peering NAME`` (replicas coordinate) instead of ``--standalone``."""
         self.kubeconfig = kubeconfig
         self.namespace = namespace
         self.log_dir = log_dir
@@ -168,7 +176,7 @@ class OperatorProcess:
 
     @property
     def log_path(self) -> Path:
-        return self.log_dir / f"operator-{self.namespace}-{self.starts}.log"
+        return self.log_dir / f"operator-{self.namespace}-{id(self):x}-{self.starts}.log"
 
     def start(self) -> None:
         assert self.process is None, "already running"
@@ -183,7 +191,7 @@ class OperatorProcess:
             str(self.kubeconfig),
             "--namespace",
             self.namespace,
-            "--standalone",
+            *(["--peering", self.peering] if self.peering else ["--standalone"]),
             "--bind-address",
             "127.0.0.1",
             "--metrics-port",

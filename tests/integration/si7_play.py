@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx2
 from lightkube.config import client_adapter
-from operator_fixtures import core_path, kv_path, play_cdi, status_of, udsvm, vm_path
+from operator_fixtures import core_path, dv_path, kv_path, play_cdi, status_of, udsvm, vm_path
 from operator_harness import Api
 
 from kube_helpers import wait_for
@@ -77,10 +77,6 @@ def apply_vm(api: Api, namespace: str, source: dict[str, Any], **spec: Any) -> d
     wait_for(lambda: api.get(dv_path(namespace, "web-dv")), 60, 0.2, what="DataVolume web-dv")
     play_cdi(api, namespace, "web-dv", "Succeeded", "100.0%")
     return applied
-
-
-def dv_path(namespace: str, name: str) -> str:
-    return f"/apis/cdi.kubevirt.io/v1beta1/namespaces/{namespace}/datavolumes/{name}"
 
 
 def verifier_pod(api: Api, namespace: str) -> dict[str, Any]:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from operator_fixtures import api, netpol_path, operator, udsvm, vm_path, wait_phase
+from operator_fixtures import api, condition, netpol_path, operator, status_of, udsvm, vm_path, wait_phase
 from operator_harness import Api, OperatorProcess
+
+from kube_helpers import wait_for
 
 __all__ = ["api", "operator"]  # fixtures used by name
 
@@ -73,6 +75,40 @@ def test_expose_creates_owned_service_and_httproute_and_opens_exactly_those_port
         {"from": [{"podSelector": {}}], "ports": [{"protocol": "TCP", "port": 5432}]},
     ]
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+
+    # Removing the HTTP exposure closes it everywhere: Service and HTTPRoute deleted, port closed.
+    api.apply(udsvm("web", namespace, network={"expose": expose[1:]}), vm_path(namespace, "web"))
+    wait_for(lambda: api.get(route_path(namespace, "web-443")) is None, 30, 0.3, what="HTTPRoute pruned")
+    wait_for(lambda: api.get(service_path(namespace, "web-443")) is None, 30, 0.3, what="Service pruned")
+    assert api.get(service_path(namespace, "web-5432")) is not None
+    policy = api.get(netpol_path(namespace, "web-netpol"))
+    assert policy is not None and [r["ports"][0]["port"] for r in policy["spec"]["ingress"]] == [5432]
+
+
+def test_switching_to_uds_package_mode_removes_the_networkpolicy_and_reports_a_missing_package_crd(
+    api: Api, operator: OperatorProcess, namespace: str
+) -> None:
+    assert api.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/packages.uds.dev") is None
+    api.apply(udsvm("sw", namespace), vm_path(namespace, "sw"))
+    wait_phase(api, operator, namespace, "sw", "Pending")
+    assert api.get(netpol_path(namespace, "sw-netpol")) is not None
+
+    api.apply(udsvm("sw", namespace, network={"mode": "uds-package"}), vm_path(namespace, "sw"))
+    wait_for(
+        lambda: api.get(netpol_path(namespace, "sw-netpol")) is None, 30, 0.3, what="NetworkPolicy pruned"
+    )
+
+    def reported() -> dict[str, Any] | None:
+        status = status_of(api, namespace, "sw")
+        found = [c for c in status.get("conditions") or [] if c["type"] == "UDSPackageSynced"]
+        return found[0] if found else None
+
+    synced = wait_for(reported, 30, 0.3, what="UDSPackageSynced reported")
+    assert (synced["status"], synced["reason"]) == ("False", "PackageCRDMissing")
+    assert "network.mode: networkpolicy" in synced["message"]
+    status = status_of(api, namespace, "sw")
+    assert condition(status, "NetworkIsolated")["status"] == "False"
+    assert status["zeroTrust"] is False  # nothing isolates the VM now, and status says so
 
 
 def test_vpn_egress_goes_only_to_the_gateway_pods_and_dns_never_to_an_ip_block(

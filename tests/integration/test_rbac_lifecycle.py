@@ -1,8 +1,9 @@
 """The operator under the chart's RBAC only: a full lifecycle with no permission it was not given.
 
 The operator runs as a real process with a client-certificate kubeconfig for its ServiceAccount user; the
-only rights that user has come from the chart's own objects (namespaced flavour, rendered by the real
-``helm``: one RoleBinding in the VM namespace plus the cluster-scoped reads). The lifecycle touches every
+only rights that user has come from the chart's own objects: the committed deploy/ manifests (cluster
+flavour), and the namespaced flavour rendered by the real ``helm`` (one RoleBinding in the VM namespace
+plus the cluster-scoped reads). The lifecycle touches every
 kind the chart grants: an upload with an image record (ConfigMap read), the SI-7 verifier pod and its
 NetworkPolicy (applied, watched, deleted), the verdict annotation on the DataVolume, status writes, Events,
 stop/start, and deletion through the garbage collector. The API server's own ``apiserver_request_total``
@@ -76,15 +77,29 @@ def rbac_namespace(api: Api) -> Iterator[str]:
         api.delete(f"/api/v1/namespaces/{name}")
 
 
-@pytest.fixture
+@pytest.fixture(params=["deploy-cluster", "chart-namespaced"])
 def chart_rbac_operator(
-    control_plane: Any, kube_client: Any, rbac_namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    request: pytest.FixtureRequest,
+    control_plane: Any,
+    *,
+    kube_client: Any,
+    rbac_namespace: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[OperatorProcess]:
-    """The operator, authenticated as its ServiceAccount user, bound only by the chart's RBAC."""
-    objects = render.render_chart(
-        helm_path(), "--set", "rbac.scope=namespaced", "--set", f"watchNamespaces={{{rbac_namespace}}}"
-    )
-    objects = [o for o in retarget(objects, rbac_namespace) if o["kind"] not in ("Deployment", "ConfigMap")]
+    """The operator, authenticated as its ServiceAccount user, bound only by the chart's RBAC.
+
+    ``deploy-cluster``: the committed deploy/ manifests (what `kubectl apply` installs, cluster-wide
+    binding); ``chart-namespaced``: `helm template` with ``rbac.scope=namespaced`` (one RoleBinding).
+    """
+    if request.param == "deploy-cluster":
+        objects = render.load_deploy_objects()
+    else:
+        objects = render.render_chart(
+            helm_path(), "--set", "rbac.scope=namespaced", "--set", f"watchNamespaces={{{rbac_namespace}}}"
+        )
+    kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "RoleBinding")
+    objects = [o for o in retarget(objects, rbac_namespace) if o["kind"] in kinds]
     deployment_env = {
         item["name"]: item.get("value")
         for item in next(o for o in render.load_deploy_objects() if o["kind"] == "Deployment")["spec"][
@@ -179,7 +194,9 @@ def test_operator_with_only_the_chart_rbac_completes_the_lifecycle(
     reasons = {e["reason"] for e in events if e["regarding"]["uid"] == uid}
     assert {"ChecksumVerified", "Ready", "Stopped"} <= reasons, reasons
 
-    # Delete: the garbage collector removes every owned child, the verifier's NetworkPolicy included.
+    # Delete: the garbage collector removes every owned child, the verifier's NetworkPolicy included
+    # (kept until then: spec changes such as stop/start must not prune it as a stale child).
+    assert api.get(netpol_path(ns, "web-verify-deny")) is not None
     api.delete(vm_path(ns, "web"))
     for path in [*children, netpol_path(ns, "web-verify-deny")]:
         wait_for(lambda p=path: api.get(p) is None, 90, 0.5, what=f"{path} collected")  # type: ignore[misc]

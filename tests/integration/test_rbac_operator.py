@@ -57,7 +57,10 @@ MUST_ALLOW = [
     ("create", "networking.k8s.io", "networkpolicies", ""),
     ("patch", "networking.k8s.io", "networkpolicies", ""),
     ("create", "", "services", ""),
+    ("delete", "", "services", ""),  # stale exposure is pruned
     ("create", "gateway.networking.k8s.io", "httproutes", ""),
+    ("delete", "gateway.networking.k8s.io", "httproutes", ""),
+    ("delete", "networking.k8s.io", "networkpolicies", ""),
     ("create", "events.k8s.io", "events", ""),
     ("patch", "kopf.dev", "kopfpeerings", ""),
 ]

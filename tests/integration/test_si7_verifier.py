@@ -24,6 +24,7 @@ from operator_fixtures import (
     condition,
     core_path,
     dv_path,
+    netpol_path,
     play_kubevirt,
     status_of,
     vm_path,
@@ -192,6 +193,8 @@ def test_mismatch_fails_and_the_vm_never_runs(
     pod = verifier_pod(api, ns)
     command = pod["spec"]["containers"][0]["command"]
     assert command[command.index("--expected") + 1] == actual
+    si7_operator.wait_quiet(minimum=0)  # whatever the spec change triggers has run: the pod is still fenced
+    assert api.get(netpol_path(ns, "web-verify-deny")) is not None, "the verifier must never run unfenced"
     assert play_kubelet(api, ns, pod, disk, tmp_path)["result"] == "match"
     wait_for(lambda: run_strategy(api, ns) == "Always", 60, 0.2, what="VM released after re-verification")
     status = status_of(api, ns, "web")

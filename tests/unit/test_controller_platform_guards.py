@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -9,11 +10,17 @@ import pytest
 from uds_vm_operator.api import parse_vm_spec
 from uds_vm_operator.controller import kvm_guard, ssrf
 from uds_vm_operator.controller.platform import (
+    DEFAULT_TTL_S,
+    TTL_ENV,
+    Platform,
+    PlatformAssessment,
     PlatformFacts,
     assess,
+    facts_ttl_from_env,
     live_migration_condition,
     transition_warnings,
 )
+from uds_vm_operator.render import Owner
 
 SHA = "sha256:" + "a" * 64
 
@@ -216,3 +223,49 @@ def test_transition_warnings_only_for_new_false_states() -> None:
     conds = [("A", ("False", "X", "m")), ("B", ("True", "Y", "m")), ("C", ("False", "Z", "m"))]
     previous = {"C": {"status": "False", "reason": "Z"}, "A": {"status": "False", "reason": "Other"}}
     assert transition_warnings(previous, conds) == (("Warning", "X", "m"),)
+
+
+# ------------------------------------------------------------------------------------------- plumbing
+
+
+def test_blocked_source_withholds_only_a_root_datavolume_that_does_not_exist_yet() -> None:
+
+    owner = Owner(name="vm", namespace="ns", uid="u")
+    children = [
+        {"kind": "Secret", "metadata": {"name": "vm-cloudinit"}},
+        {"kind": "DataVolume", "metadata": {"name": "vm-dv"}},
+        {"kind": "VirtualMachine", "metadata": {"name": "vm"}},
+    ]
+    held = PlatformAssessment(hold_root_datavolume=True)
+    kinds = [c["kind"] for c in Platform.filter_children(owner, held, children, root_dv_exists=False)]
+    assert kinds == ["Secret", "VirtualMachine"]
+    assert Platform.filter_children(owner, held, children, root_dv_exists=True) == children
+    assert Platform.filter_children(owner, PlatformAssessment(), children, root_dv_exists=False) == children
+
+
+def test_a_blocked_vm_has_at_most_one_pending_recheck() -> None:
+
+    fired: list[tuple[str, str]] = []
+
+    async def scenario() -> None:
+        platform = Platform(api=None, ttl_s=1)  # type: ignore[arg-type]
+        for _ in range(5):
+            platform.requeue_later(("ns", "vm"), 0.01, lambda ns, name: fired.append((ns, name)))
+        platform.requeue_later(("ns", "other"), None, lambda ns, name: fired.append((ns, name)))
+        await asyncio.sleep(0.1)
+        platform.requeue_later(("ns", "vm"), 0.01, lambda ns, name: fired.append((ns, name)))
+        await asyncio.sleep(0.1)
+
+    asyncio.run(scenario())
+    assert fired == [("ns", "vm"), ("ns", "vm")]
+
+
+def test_facts_interval_comes_from_the_environment_and_survives_garbage(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+
+    monkeypatch.setenv(TTL_ENV, "2.5")
+    assert facts_ttl_from_env() == 2.5
+    for bad in ("soon", "-1", "0"):
+        monkeypatch.setenv(TTL_ENV, bad)
+        assert facts_ttl_from_env() == DEFAULT_TTL_S

@@ -12,6 +12,7 @@ from typing import Any
 
 from uds_vm_operator.api import parse_vm_spec
 from uds_vm_operator.controller.errors import KubeApiError
+from uds_vm_operator.controller.platform import PackageOutcome, Platform
 from uds_vm_operator.controller.udspackage_sync import (
     PackageSync,
     choose_package,
@@ -19,7 +20,7 @@ from uds_vm_operator.controller.udspackage_sync import (
     sections_of,
     tagged_vms,
 )
-from uds_vm_operator.render import vm_package_rules
+from uds_vm_operator.render import Owner, vm_package_rules
 
 NS = "apps"
 
@@ -34,6 +35,7 @@ class MemoryApi:
         self.vms: dict[str, dict[str, Any]] = {}
         self.conflicts = 0
         self.writes: list[str] = []
+        self.reads = 0
         self._rv = 10
 
     def _bump(self, obj: dict[str, Any]) -> None:
@@ -43,6 +45,7 @@ class MemoryApi:
     async def list(
         self, kind: Any, namespace: str | None = None, label_selector: str | None = None
     ) -> list[Any]:
+        self.reads += 1
         source = self.packages if kind.kind == "Package" else self.vms
         return [copy.deepcopy(o) for o in source.values()]
 
@@ -182,3 +185,37 @@ def test_several_packages_are_reported_not_guessed() -> None:
     assert "one, two" in result.problem[1]
     assert choose_package([]) is None
     assert sections_of(None) == ([], [], [])
+
+
+def test_rules_the_package_cannot_express_become_a_condition_not_a_crash() -> None:
+    api = MemoryApi()
+    platform = Platform(api=api, ttl_s=1)  # type: ignore[arg-type]
+    selected = {"matchExpressions": [{"key": "team", "operator": "In", "values": ["a"]}]}
+    spec = parse_vm_spec(
+        {
+            "source": {"blank": {}},
+            "disk": {"virtualSize": "1Gi"},
+            "network": {
+                "mode": "uds-package",
+                "allow": [{"direction": "Ingress", "namespaceSelector": selected}],
+            },
+        }
+    )
+    owner = Owner(name="vm", namespace=NS, uid="u")
+    outcome = run(platform.sync_package(owner, spec, {"metadata": {"name": "vm"}}))
+    (cond_type, (status, reason, message)), *_ = outcome.conditions
+    assert (cond_type, status, reason) == ("UDSPackageSynced", "False", "InvalidPackageRules")
+    assert "kubernetes.io/metadata.name" in message
+    assert outcome.events == (("Warning", "InvalidPackageRules", message),)
+    assert not outcome.in_place and outcome.writes == 0 and api.writes == []
+
+
+def test_a_vm_that_never_used_the_package_costs_no_request() -> None:
+    api = MemoryApi()
+    platform = Platform(api=api, ttl_s=1)  # type: ignore[arg-type]
+    spec = parse_vm_spec({"source": {"blank": {}}, "disk": {"virtualSize": "1Gi"}})
+    outcome = run(platform.sync_package(Owner(name="vm", namespace=NS, uid="u"), spec, {}))
+    assert outcome == PackageOutcome() and api.reads == 0
+    was_in_package = {"status": {"conditions": [{"type": "UDSPackageSynced", "status": "True"}]}}
+    run(platform.sync_package(Owner(name="vm", namespace=NS, uid="u"), spec, was_in_package))
+    assert api.reads == 1  # it left the mode: its rules are looked for once

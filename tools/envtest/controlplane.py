@@ -158,6 +158,7 @@ class ControlPlane:
     crds: list[str] = field(default_factory=list)
     _handles: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
     _ssl: ssl.SSLContext | None = field(default=None, repr=False)
+    _relaunch: dict[str, Callable[[], None]] = field(default_factory=dict, repr=False)
 
     @property
     def kubeconfig(self) -> Path:
@@ -208,6 +209,33 @@ class ControlPlane:
         for extra in self.layout.state_dir.glob("kubeconfig-*"):
             extra.unlink(missing_ok=True)
         self.records.clear()
+
+    def stop_component(self, name: str) -> None:
+        """Stop one process of this plane (fault tests: the API server or etcd going away)."""
+        record = next((r for r in self.records if r.name == name), None)
+        if record is None:
+            names = [r.name for r in self.records]
+            raise ControlPlaneError(f"no {name} in this control plane (it runs {names})")
+        stop([record], reap=self._reap)
+
+    def start_component(self, name: str) -> None:
+        """Start a stopped process again with its original arguments and ports; return once it is ready."""
+        relaunch = self._relaunch.get(name)
+        if relaunch is None:
+            raise ControlPlaneError(f"{name} cannot be restarted: this plane was attached, not started here")
+        relaunch()
+
+    def restart_apiserver(self, down_s: float = 0.0) -> None:
+        """Stop kube-apiserver, stay down for ``down_s``, start it again (same port, same etcd)."""
+        self.stop_component("kube-apiserver")
+        time.sleep(down_s)
+        self.start_component("kube-apiserver")
+
+    def restart_etcd(self, down_s: float = 0.0) -> None:
+        """Stop etcd (the API server stays up and fails its storage calls), then start it on its data dir."""
+        self.stop_component("etcd")
+        time.sleep(down_s)
+        self.start_component("etcd")
 
     def _reap(self, pid: int) -> None:
         handle = self._handles.get(pid)
@@ -499,16 +527,38 @@ def _start_once(state_dir: Path, crds: Sequence[dict[str, Any]], tie_to_parent: 
             plane._save()
             return record, log
 
+        def relauncher(name: str, argv: list[str], probe: Callable[[], bool]) -> Callable[[], None]:
+            def relaunch() -> None:
+                log = layout.log_dir / f"{name}.log"
+                handle, record = spawn(name, argv, log, env, tie_to_parent=tie_to_parent)
+                index = next(i for i, r in enumerate(plane.records) if r.name == name)
+                plane.records[index] = record
+                plane._handles[record.pid] = handle
+                plane._save()
+                _wait(name, probe, record, log)
+
+            return relaunch
+
         phase = time.monotonic()
-        record, log = launch("etcd", _etcd_argv(binaries, layout, etcd_port, peer_port))
-        _wait(
-            "etcd", lambda: _http_ok(f"http://{LOOPBACK}:{etcd_port}/health", b'"health":"true"'), record, log
-        )
+        etcd_argv = _etcd_argv(binaries, layout, etcd_port, peer_port)
+        record, log = launch("etcd", etcd_argv)
+
+        def etcd_ready() -> bool:
+            return _http_ok(f"http://{LOOPBACK}:{etcd_port}/health", b'"health":"true"')
+
+        _wait("etcd", etcd_ready, record, log)
+        plane._relaunch["etcd"] = relauncher("etcd", etcd_argv, etcd_ready)
         plane.timings["etcd"] = time.monotonic() - phase
 
         phase = time.monotonic()
-        record, log = launch("kube-apiserver", _apiserver_argv(binaries, layout, etcd_port, api_port))
-        _wait("kube-apiserver", lambda: _https_get(plane, "/readyz", 2.0) == b"ok", record, log)
+        apiserver_argv = _apiserver_argv(binaries, layout, etcd_port, api_port)
+        record, log = launch("kube-apiserver", apiserver_argv)
+
+        def apiserver_ready() -> bool:
+            return _https_get(plane, "/readyz", 2.0) == b"ok"
+
+        _wait("kube-apiserver", apiserver_ready, record, log)
+        plane._relaunch["kube-apiserver"] = relauncher("kube-apiserver", apiserver_argv, apiserver_ready)
         plane.timings["kube-apiserver"] = time.monotonic() - phase
 
         # CRDs before the controller manager: the garbage collector then discovers them at start-up instead of

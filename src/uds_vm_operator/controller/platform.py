@@ -26,9 +26,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from uds_vm_operator.api import UDSVirtualMachineSpec
+from uds_vm_operator import MANAGED_BY_LABEL
+from uds_vm_operator.api import SpecError, UDSVirtualMachineSpec
 from uds_vm_operator.controller import kube, kvm_guard, ssrf
-from uds_vm_operator.controller.errors import ControllerError
+from uds_vm_operator.controller.errors import ControllerError, KubeApiError
 from uds_vm_operator.controller.udspackage_sync import (
     CONDITION_TYPE as PACKAGE_CONDITION,
 )
@@ -37,8 +38,9 @@ from uds_vm_operator.controller.udspackage_sync import (
     package_condition,
 )
 from uds_vm_operator.render import Owner, vm_package_rules
-from uds_vm_operator.render.common import root_dv_name
+from uds_vm_operator.render.common import ROLE_LABEL, VM_LABEL, root_dv_name
 from uds_vm_operator.render.datavolume import DEFAULT_ACCESS_MODES, root_access_modes
+from uds_vm_operator.render.verifier import VERIFIER_ROLE
 
 log = logging.getLogger("uds_vm_operator.platform")
 
@@ -50,6 +52,8 @@ DEFAULT_TTL_S = 60.0
 LIVE_MIGRATION_CONDITION = "LiveMigration"
 RWX = "ReadWriteMany"
 NO_REQUEUE_RUN_STRATEGIES = frozenset({"Halted"})
+PRUNABLE_KINDS = (kube.SERVICE, kube.HTTP_ROUTE, kube.NETWORK_POLICY)
+"""Children a spec change can make obsolete (an exposed port removed, a switch to uds-package mode)."""
 
 Cond = tuple[str, str, str]  # status, reason, message
 NamedCond = tuple[str, Cond]
@@ -248,6 +252,7 @@ class Platform:
         self.facts = FactsCache(self.api, self.ttl_s)
         self.packages = PackageSync(self.api, self.vm_known)
         self._requeues: set[tuple[str, str]] = set()
+        self._prune_denied: set[str] = set()
 
     async def assess(self, owner_body: Mapping[str, Any], spec: UDSVirtualMachineSpec) -> PlatformAssessment:
         """The platform conditions of one VM (see :func:`assess`)."""
@@ -271,21 +276,71 @@ class Platform:
     ) -> PackageOutcome:
         """uds-package mode: merge this VM's rules; a VM that left the mode has its rules removed."""
         previous = previous_conditions(owner_body)
+        writes = 0
         if spec.network.mode != "uds-package":
             if PACKAGE_CONDITION not in previous:
                 return PackageOutcome()  # never was in the Package: no read at all
             removed = await self.packages.sync(owner.namespace, owner.name, None)
             return PackageOutcome(writes=removed.writes)
-        rules = vm_package_rules(owner.name, spec)
-        result = await self.packages.sync(owner.namespace, owner.name, rules)
-        cond = package_condition(result, owner.namespace, sum(len(v) for v in rules.values()))
+        try:
+            rules = vm_package_rules(owner.name, spec)
+        except SpecError as exc:  # e.g. a namespace *selected* by expression: the Package names namespaces
+            cond: Cond = ("False", "InvalidPackageRules", exc.message)
+        else:
+            result = await self.packages.sync(owner.namespace, owner.name, rules)
+            cond = package_condition(result, owner.namespace, sum(len(v) for v in rules.values()))
+            writes = result.writes
         conditions = ((PACKAGE_CONDITION, cond),)
         return PackageOutcome(
-            writes=result.writes,
+            writes=writes,
             conditions=conditions,
             events=transition_warnings(previous, conditions),
-            in_place=result.problem is None,
+            in_place=cond[0] == "True",
         )
+
+    async def prune_stale(
+        self, owner: Owner, owner_body: Mapping[str, Any], children: Sequence[Mapping[str, Any]]
+    ) -> int:
+        """Delete our Services, HTTPRoutes and NetworkPolicy the spec no longer asks for.
+
+        A removed ``expose[]`` entry must close the port, not leave a route behind. Only runs when the spec
+        changed since the last status (``observedGeneration``), so a resync costs nothing; only objects
+        carrying this VM's ownerReference are touched, each deleted with a UID precondition.
+        """
+        meta = owner_body.get("metadata") or {}
+        if (owner_body.get("status") or {}).get("observedGeneration") == meta.get("generation"):
+            return 0
+        desired = {(str(c.get("kind")), str((c.get("metadata") or {}).get("name"))) for c in children}
+        selector = ",".join(f"{k}={v}" for k, v in {VM_LABEL: owner.name, **MANAGED_BY_LABEL}.items())
+        # The SI-7 verifier's deny-all NetworkPolicy is not a rendered child: verification_io owns it, and
+        # pruning it would leave a running verifier pod unfenced.
+        selector += f",{ROLE_LABEL}!={VERIFIER_ROLE}"
+        writes = 0
+        for kind in PRUNABLE_KINDS:
+            try:
+                writes += await self._prune_kind(kind, owner, selector, desired)
+            except KubeApiError as exc:
+                if exc.code != 403:
+                    raise
+                # RBAC without list/delete on this kind: say so once, do not fail every spec change.
+                if kind.plural not in self._prune_denied:
+                    self._prune_denied.add(kind.plural)
+                    log.warning("cannot prune stale children", extra={"kind": kind.plural, "error": str(exc)})
+        return writes
+
+    async def _prune_kind(
+        self, kind: kube.Kind, owner: Owner, selector: str, desired: set[tuple[str, str]]
+    ) -> int:
+        writes = 0
+        for obj in await self.api.list(kind, owner.namespace, label_selector=selector):
+            obj_meta = obj.get("metadata") or {}
+            ours = any(ref.get("uid") == owner.uid for ref in obj_meta.get("ownerReferences") or [])
+            if not ours or (kind.kind, str(obj_meta.get("name"))) in desired:
+                continue
+            await self.api.delete(kind, owner.namespace, str(obj_meta["name"]), uid=obj_meta.get("uid"))
+            log.info("pruned", extra={"vm": f"{owner.namespace}/{owner.name}", "child": obj_meta["name"]})
+            writes += 1
+        return writes
 
     async def forget(self, namespace: str, name: str) -> int:
         """The VM is gone: remove its Package rules (one LIST when no Package exists; nothing else).

@@ -283,7 +283,7 @@ class Reconciler:
             observed[(kind.kind, child_name)] = current
             desired_by_name[(kind.kind, child_name)] = desired
         package = await self.platform.sync_package(owner, spec, owner_body)
-        outcome.writes += package.writes
+        outcome.writes += package.writes + await self.platform.prune_stale(owner, owner_body, children)
         for warning in package.events:
             if await self._emit_best_effort(owner_body, *warning):
                 outcome.writes += 1
