@@ -39,7 +39,7 @@ for extra in (ROOT / "tools" / "envtest", ROOT / "tests", ROOT / "tests" / "inte
         sys.path.insert(0, str(extra))
 
 SIZES = (100, 1000)
-REPEATS = {100: 3, 1000: 1}
+REPEATS = {100: 3, 1000: 2}
 WORKERS = 8
 """The operator's default ``--max-workers``; the floor uses the same concurrency."""
 APPLY_CONCURRENCY = 16

@@ -203,7 +203,7 @@ def cdi_with_allowlist(api: Api) -> Iterator[None]:
             body,
             content_type="application/apply-patch+yaml",
             params={"fieldManager": "uds-vm-operator-tests", "force": "true", "fieldValidation": "Strict"},
-            expect=(200, 201, 400, 422),
+            expect=(200, 201, 400, 409, 422, 429),  # 429: storage re-initialising after the CRD change
         )
         return code in (200, 201)
 
@@ -283,3 +283,13 @@ def test_live_migration_is_chosen_by_the_disks_and_explained(
     assert "allowLiveMigrateIfPossible" in ready["message"]
     assert api.get(kv_path(namespace, "nomig")) is None  # refused: nothing that would wedge a node drain
     assert "LiveMigrationNeedsRWX" in warnings_for(api, namespace, refused["metadata"]["uid"])
+
+    # Play the pvc-protection controller (not part of this control plane) so the namespace can finalise;
+    # the operator stops first, or it would re-create the released data disk PVC.
+    operator.stop()
+    for pvc in api.items(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims"):
+        remaining = [
+            f for f in pvc["metadata"].get("finalizers") or [] if f != "kubernetes.io/pvc-protection"
+        ]
+        path = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{pvc['metadata']['name']}"
+        api.merge(path, {"metadata": {"finalizers": remaining or None}})

@@ -66,6 +66,7 @@ log = logging.getLogger("uds_vm_operator.reconcile")
 Key = tuple[str, str]  # (namespace, name)
 MAX_BACKOFF_S = 60.0
 STATUS_MESSAGE_LIMIT = 4000
+STATUS_QUANTITY_LIMIT = 32
 DV_TERMINAL_WITH_DATA = frozenset({"Succeeded"})
 
 
@@ -276,7 +277,19 @@ class Reconciler:
                     desired_by_name[(kind.kind, child_name)] = desired
                     continue
             if needs_apply(desired, current):
-                current = await self.api.apply(desired)
+                try:
+                    current = await self.api.apply(desired)
+                except KubeApiError as exc:
+                    if exc.retryable:
+                        raise
+                    # The schema let the spec through but the API server refuses the child (e.g. a CIDR
+                    # NetworkPolicy rejects, a zero-size PVC): retrying cannot help, so say so in status.
+                    message = f"The API server rejected {kind.kind} {child_name}: {exc.api_message}"[:1000]
+                    obs = self._base_observation(
+                        spec, facts, generation, refusal=Refusal("ChildRejected", message)
+                    )
+                    await self._publish(owner_body, obs, outcome, status="invalid")
+                    return outcome
                 self.store.put(kind, current)
                 outcome.writes += 1
                 log.info("applied", extra={"vm": f"{namespace}/{name}", "child": f"{kind.kind}/{child_name}"})
@@ -334,6 +347,8 @@ class Reconciler:
             pvc_size = expected_pvc_size(spec)
         except SpecError:
             pvc_size = None
+        if pvc_size is not None and len(pvc_size) > STATUS_QUANTITY_LIMIT:
+            pvc_size = None  # an absurd size is refused elsewhere; the status schema would reject it
         return Observation(
             generation=generation,
             source_kind=spec.source.kind,
@@ -482,8 +497,17 @@ class Reconciler:
         await self.api.create(event)
 
 
+MAX_DISK_BYTES = (1 << 63) - 1
+"""Kubernetes stores storage requests as int64 bytes: a larger disk can never be provisioned."""
+
+
 def _storage_refusal(spec: UDSVirtualMachineSpec) -> Refusal | None:
-    """Refuse what KubeVirt would accept but could never honour (live migration needs RWX)."""
+    """Refuse what KubeVirt would accept but could never honour (live migration needs RWX, absurd sizes)."""
+    if (spec.disk.virtual_bytes or 0) > MAX_DISK_BYTES:
+        return Refusal(
+            "InvalidSpec",
+            "spec.disk.virtualSize is larger than Kubernetes can represent (8Ei); give the real image size.",
+        )
     reason = live_migration_refusal(spec)
     if reason is None:
         return None

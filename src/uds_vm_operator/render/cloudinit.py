@@ -78,6 +78,31 @@ def deep_merge_under(user: Any, hardening: Any) -> Any:
     return hardening
 
 
+USER_DATA_MAX_DEPTH = 32
+"""Deepest nesting accepted in userData: real cloud-config is a few levels deep, and PyYAML's loader and
+dumper recurse, so hostile nesting would otherwise end in a RecursionError instead of a clear refusal."""
+
+
+def _nesting_depth(document: Any) -> int:
+    """Levels of nested mappings/lists, counted breadth-first (no recursion) and only up to the limit + 1.
+
+    Each container is visited once: YAML aliases share nodes, and a "billion laughs" document would
+    otherwise make this walk exponential.
+    """
+    depth, level = 0, [document] if isinstance(document, dict | list) else []
+    seen: set[int] = set()
+    while level and depth <= USER_DATA_MAX_DEPTH:
+        depth += 1
+        children: list[Any] = []
+        for node in level:
+            for child in node.values() if isinstance(node, dict) else node:
+                if isinstance(child, dict | list) and id(child) not in seen:
+                    seen.add(id(child))
+                    children.append(child)
+        level = children
+    return depth
+
+
 def _parse_user_data(text: str) -> dict[str, Any]:
     try:
         document = yaml.safe_load(text)
@@ -85,6 +110,16 @@ def _parse_user_data(text: str) -> dict[str, Any]:
         raise SpecError(
             f"spec.cloudInit.userData is not valid YAML ({exc.__class__.__name__}); fix the syntax"
         ) from None
+    except RecursionError:
+        document = None
+        depth = USER_DATA_MAX_DEPTH + 1
+    else:
+        depth = _nesting_depth(document)
+    if depth > USER_DATA_MAX_DEPTH:
+        raise SpecError(
+            f"spec.cloudInit.userData is nested more than {USER_DATA_MAX_DEPTH} levels deep; "
+            "flatten it (cloud-config needs only a few levels)"
+        )
     if document is None:
         return {}
     if not isinstance(document, dict):

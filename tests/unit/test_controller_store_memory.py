@@ -1,0 +1,53 @@
+"""The watch-fed store keeps compact encoded objects: what a caller gets is a private copy, what it keeps
+is only what the reconciler reads (no managedFields), and no reference to the watch's own dicts."""
+
+from __future__ import annotations
+
+import gc
+import sys
+from typing import Any
+
+from uds_vm_operator.controller.kube import DATA_VOLUME
+from uds_vm_operator.controller.store import ObjectStore
+
+
+def datavolume(version: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "cdi.kubevirt.io/v1beta1",
+        "kind": "DataVolume",
+        "metadata": {
+            "name": "vm-dv",
+            "namespace": "ns",
+            "uid": "u1",
+            "resourceVersion": version,
+            "managedFields": [{"manager": "x", "fieldsV1": {"f:spec": {}}}] * 20,
+            "labels": {"uds.dev/vm": "vm"},
+        },
+        "spec": {"source": {"http": {"url": "https://images/disk.qcow2"}}, **extra},
+        "status": {"phase": "ImportInProgress", "progress": "12.5%"},
+    }
+
+
+def test_get_returns_a_private_copy_without_managed_fields() -> None:
+    store = ObjectStore({(DATA_VOLUME.api_version, DATA_VOLUME.kind)})
+    store.put(DATA_VOLUME, datavolume("5", note="héllo 🚀"))
+    first = store.get(DATA_VOLUME, "ns", "vm-dv")
+    assert first is not None
+    assert "managedFields" not in first["metadata"]
+    assert first["spec"]["note"] == "héllo 🚀" and first["status"]["progress"] == "12.5%"
+    first["spec"]["source"]["http"]["url"] = "mutated"
+    second = store.get(DATA_VOLUME, "ns", "vm-dv")
+    assert second is not None and second["spec"]["source"]["http"]["url"] == "https://images/disk.qcow2"
+    assert store.contains(DATA_VOLUME, "ns", "vm-dv") and not store.contains(DATA_VOLUME, "ns", "other")
+
+
+def test_the_store_does_not_keep_the_watch_event_alive() -> None:
+    store = ObjectStore()
+    event_object = datavolume("7")
+    spec = event_object["spec"]
+    before = sys.getrefcount(spec)
+    store.put(DATA_VOLUME, event_object)
+    del event_object
+    gc.collect()
+    assert sys.getrefcount(spec) == before - 1  # only our local name still refers to it
+    assert store.size_bytes() < 400  # compact JSON, managedFields dropped
