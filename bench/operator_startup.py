@@ -82,9 +82,10 @@ async def _first_status_after_start(
     kubeconfig: Path, namespace: str, name: str, env: dict[str, str]
 ) -> float:
     """Start the operator, return seconds until the VM's status is first written; stop it by its PID."""
+    from bench.reconcile_scale import watch_client  # noqa: PLC0415
     from uds_vm_operator.controller import kube  # noqa: PLC0415
 
-    api = kube.KubeApi.from_kubeconfig(kubeconfig, timeout_s=60)
+    http = watch_client(kubeconfig)
     written = asyncio.Event()
     opened = asyncio.Event()
     stamp: list[float] = []
@@ -92,7 +93,7 @@ async def _first_status_after_start(
     params = {"watch": "true", "fieldSelector": f"metadata.name={name}", "timeoutSeconds": "600"}
 
     async def watch() -> None:
-        async with api._http.stream("GET", path, params=params, timeout=None) as response:
+        async with http.stream("GET", path, params=params, timeout=None) as response:
             opened.set()
             async for line in response.aiter_lines():
                 if line and (json.loads(line)["object"].get("status") or {}).get("phase"):
@@ -119,7 +120,7 @@ async def _first_status_after_start(
             process.wait()
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)
-        await api.close()
+        await http.aclose()
         log.close()
     return stamp[0] - started
 

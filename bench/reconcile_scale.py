@@ -66,6 +66,17 @@ def _vm(name: str, namespace: str) -> dict[str, Any]:
     return udsvm(name, namespace)
 
 
+def watch_client(kubeconfig: str | Path) -> Any:
+    """An httpx client for watch streams (the bench's observer; the operator's requests use aiohttp)."""
+    import httpx2  # noqa: PLC0415
+    from lightkube.config import client_adapter  # noqa: PLC0415
+
+    from uds_vm_operator.controller.kube import load_kubeconfig  # noqa: PLC0415
+
+    params = client_adapter.ConnectionParams(timeout=httpx2.Timeout(60.0), trust_env=False)
+    return client_adapter.AsyncClient(load_kubeconfig(kubeconfig), params)
+
+
 def _peak_rss_mib(pid: int) -> float:
     """``VmHWM`` (peak resident set) of a process, MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -173,8 +184,9 @@ class Floor:
     Runs as its own process (like the operator), fed by one watch on the VMs; no cache, no diffing.
     """
 
-    def __init__(self, api: Any, status: dict[str, Any], with_event: bool) -> None:
+    def __init__(self, api: Any, kubeconfig: str, status: dict[str, Any], with_event: bool) -> None:
         self.api = api
+        self.kubeconfig = kubeconfig
         self.status = status
         self.with_event = with_event
         self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
@@ -184,8 +196,9 @@ class Floor:
         from uds_vm_operator.controller import kube  # noqa: PLC0415
 
         workers = [asyncio.create_task(self._worker()) for _ in range(WORKERS)]
+        watcher = watch_client(self.kubeconfig)
         params = {"watch": "true", "allowWatchBookmarks": "false", "timeoutSeconds": "3600"}
-        async with self.api._http.stream(
+        async with watcher.stream(
             "GET", kube.UDS_VM.path(namespace), params=params, timeout=None
         ) as response:
             print("ready", flush=True)
@@ -232,7 +245,7 @@ def _floor_main(kubeconfig: str, namespace: str, status_json: str, with_event: s
     async def go() -> None:
         api = kube.KubeApi.from_kubeconfig(kubeconfig, timeout_s=60)
         api.field_manager = FLOOR_MANAGER
-        await Floor(api, json.loads(status_json), with_event == "1").serve(namespace)
+        await Floor(api, kubeconfig, json.loads(status_json), with_event == "1").serve(namespace)
 
     asyncio.run(go())
 
@@ -260,8 +273,8 @@ async def _timed(kubeconfig: Path, namespace: str, names: list[str]) -> tuple[fl
 
     api = kube.KubeApi.from_kubeconfig(kubeconfig, timeout_s=60)
     api.field_manager = USER_MANAGER
-    watch_api = kube.KubeApi.from_kubeconfig(kubeconfig, timeout_s=60)
-    convergence = Convergence(watch_api._http, namespace, names, _expected_children(namespace, names))
+    watcher = watch_client(kubeconfig)
+    convergence = Convergence(watcher, namespace, names, _expected_children(namespace, names))
     try:
         await convergence.start()
         started = time.perf_counter()
@@ -271,7 +284,7 @@ async def _timed(kubeconfig: Path, namespace: str, names: list[str]) -> tuple[fl
     finally:
         await convergence.stop()
         await api.close()
-        await watch_api.close()
+        await watcher.aclose()
 
 
 def _operator_scenario(kubeconfig: Path, n: int) -> dict[str, Any]:
@@ -406,8 +419,8 @@ def run() -> dict[str, Any]:
                 print(
                     f"N={n}: operator {op['seconds']} s, floor {floor_runs[-1]['seconds']} s", file=sys.stderr
                 )
-            op_s = statistics.median(r["seconds"] for r in operator_runs)
-            floor_s = statistics.median(r["seconds"] for r in floor_runs)
+            op_s = round(statistics.median(r["seconds"] for r in operator_runs), 2)
+            floor_s = round(statistics.median(r["seconds"] for r in floor_runs), 2)
             for run_ in operator_runs:
                 run_.pop("sample_status", None)
             results[str(n)] = {

@@ -28,6 +28,24 @@ MANAGED = "app.kubernetes.io/managed-by=uds-vm-operator"
 RETAIN_DISK = {"name": "data", "size": "1Gi", "retentionPolicy": "Retain"}
 
 
+PVC_PROTECTION = "kubernetes.io/pvc-protection"
+
+
+def release_pvcs(api: Api, namespace: str) -> None:
+    """Play the pvc-protection controller (absent from this control plane) so the namespace can be deleted.
+
+    Call only after the operator stopped, or it would re-create the released Retain disks.
+    """
+    for pvc in api.items(core_path(namespace, "persistentvolumeclaims")):
+        finalizers = pvc["metadata"].get("finalizers") or []
+        if PVC_PROTECTION in finalizers:
+            remaining = [f for f in finalizers if f != PVC_PROTECTION]
+            api.merge(
+                core_path(namespace, "persistentvolumeclaims", pvc["metadata"]["name"]),
+                {"metadata": {"finalizers": remaining or None}},
+            )
+
+
 def _vm(name: str, namespace: str, memory: str = "1Gi") -> dict[str, Any]:
     return udsvm(name, namespace, dataDisks=[RETAIN_DISK], resources={"cpu": 1, "memory": memory})
 
@@ -86,7 +104,15 @@ def test_sigkill_ten_times_while_100_vms_reconcile_converges_without_duplicates_
     finally:
         process.stop()
         print(process.logs())
+    try:
+        _check_children(api, namespace, names, memory, ever_seen)
+    finally:
+        release_pvcs(api, namespace)
 
+
+def _check_children(
+    api: Api, namespace: str, names: list[str], memory: dict[str, str], ever_seen: dict[str, str]
+) -> None:
     def children(path: str) -> list[dict[str, Any]]:
         return api.items(path, MANAGED)
 

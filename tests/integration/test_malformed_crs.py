@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from operator_fixtures import api, operator, status_of, udsvm, vm_path, wait_phase
+from operator_fixtures import api, core_path, operator, status_of, udsvm, vm_path, wait_phase
 from operator_harness import Api, OperatorProcess
 
 from kube_helpers import wait_for
@@ -151,6 +151,24 @@ CASES: list[tuple[str, Mutation]] = [
 ]
 
 
+PVC_PROTECTION = "kubernetes.io/pvc-protection"
+
+
+def release_pvcs(api: Api, namespace: str) -> None:
+    """Play the pvc-protection controller (absent from this control plane) so the namespace can be deleted.
+
+    Call only after the operator stopped, or it would re-create the released Retain disks.
+    """
+    for pvc in api.items(core_path(namespace, "persistentvolumeclaims")):
+        finalizers = pvc["metadata"].get("finalizers") or []
+        if PVC_PROTECTION in finalizers:
+            remaining = [f for f in finalizers if f != PVC_PROTECTION]
+            api.merge(
+                core_path(namespace, "persistentvolumeclaims", pvc["metadata"]["name"]),
+                {"metadata": {"finalizers": remaining or None}},
+            )
+
+
 def _peak_rss_mib(operator: OperatorProcess) -> float:
     assert operator.process is not None
     for line in Path(f"/proc/{operator.process.pid}/status").read_text().splitlines():
@@ -162,6 +180,14 @@ def _peak_rss_mib(operator: OperatorProcess) -> float:
 def test_hostile_crs_are_rejected_or_reported_and_the_operator_stays_healthy(
     api: Api, operator: OperatorProcess, namespace: str
 ) -> None:
+    try:
+        _exercise(api, operator, namespace)
+    finally:
+        operator.stop()
+        release_pvcs(api, namespace)
+
+
+def _exercise(api: Api, operator: OperatorProcess, namespace: str) -> None:
     names = [name for name, _ in CASES]
     assert len(set(names)) == len(names) >= 50
     rejected: dict[str, str] = {}

@@ -51,3 +51,12 @@ def test_the_store_does_not_keep_the_watch_event_alive() -> None:
     gc.collect()
     assert sys.getrefcount(spec) == before - 1  # only our local name still refers to it
     assert store.size_bytes() < 400  # compact JSON, managedFields dropped
+
+
+def test_put_reports_whether_the_state_was_new() -> None:
+    """The watch echo of our own write (same resourceVersion) is not news: handlers skip the reconcile."""
+    store = ObjectStore()
+    assert store.put(DATA_VOLUME, datavolume("7"))
+    assert not store.put(DATA_VOLUME, datavolume("7"))  # our apply response was stored first
+    assert not store.put(DATA_VOLUME, datavolume("6"))  # late, older event
+    assert store.put(DATA_VOLUME, datavolume("8"))  # someone else changed it

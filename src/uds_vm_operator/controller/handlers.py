@@ -78,8 +78,11 @@ def build_registry(reconciler: Reconciler, store: ObjectStore) -> kopf.OperatorR
         meta = obj.get("metadata") or {}
         if event.get("type") == "DELETED":
             store.discard(kube.UDS_VM, obj)
-        else:
-            store.put(kube.UDS_VM, obj)
+        elif not store.put(kube.UDS_VM, obj):
+            return  # the echo of our own status write: the reconcile that wrote it already saw this state
+        if event.get("type") is None:
+            # From kopf's initial listing (a (re)start): its children may not be listed into the store yet.
+            reconciler.verify_children(str(meta.get("namespace")), str(meta.get("name")))
         reconciler.enqueue(str(meta.get("namespace")), str(meta.get("name")))
 
     for kind in CHILD_KINDS:
@@ -95,8 +98,8 @@ def _register_child(
         obj = event.get("object") or {}
         if event.get("type") == "DELETED":
             store.discard(kind, obj)
-        else:
-            store.put(kind, obj)
+        elif not store.put(kind, obj):
+            return  # the echo of our own apply: nothing the owner's reconcile has not seen
         owner = owner_name_of(obj)
         if owner:
             reconciler.enqueue(str((obj.get("metadata") or {}).get("namespace")), owner)

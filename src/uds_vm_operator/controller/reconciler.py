@@ -109,6 +109,8 @@ class Reconciler:
         self._dirty: set[Key] = set()
         self._failures: dict[Key, int] = {}
         self._last_error: dict[Key, str] = {}
+        self._unverified: set[Key] = set()
+        """VMs seen in the initial listing: a child missing from the store is confirmed by a GET."""
         self.completed = 0
         """Reconciles finished (any outcome): lets a health check or benchmark see progress."""
         self.verifier_image = verifier_image_from_env()
@@ -128,6 +130,14 @@ class Reconciler:
             return
         self._queued.add(key)
         self._queue.put_nowait(key)
+
+    def verify_children(self, namespace: str, name: str) -> None:
+        """Until this VM's next successful reconcile, confirm a store miss for a child with one GET.
+
+        After a (re)start kopf lists each kind separately, so a VM can be reconciled before its children
+        reached the store; reading a miss as "absent" would cost a needless apply (a write on a resync).
+        """
+        self._unverified.add((namespace, name))
 
     def idle(self) -> bool:
         """True when nothing is queued or running (benchmarks and tests wait for this)."""
@@ -179,6 +189,7 @@ class Reconciler:
         else:
             self._failures.pop(key, None)
             self._last_error.pop(key, None)
+            self._unverified.discard(key)
         finally:
             self.metrics.reconcile_duration_seconds.observe(time.perf_counter() - started)
 
@@ -227,7 +238,7 @@ class Reconciler:
         self.platform.requeue_later((namespace, name), platform.requeue_after_s, self.enqueue)
 
         dv_name = f"{name}-dv"
-        observed_dv = await self._observed(kube.DATA_VOLUME, namespace, dv_name)
+        observed_dv = await self._observed(kube.DATA_VOLUME, namespace, dv_name, owner=name)
         # SI-7 first: the verdict decides runStrategy, and is recorded before any child is applied.
         verification = await observe_verification(
             self.api,
@@ -268,7 +279,7 @@ class Reconciler:
             desired = with_applied_hash(child)
             kind = kube.kind_of(desired)
             child_name = desired["metadata"]["name"]
-            current = await self._observed(kind, namespace, child_name)
+            current = await self._observed(kind, namespace, child_name, owner=name)
             if kind is kube.DATA_VOLUME and current is not None:
                 blocker, current = await self._settle_datavolume(owner, desired, current, outcome)
                 disk_blocker = disk_blocker or blocker
@@ -370,10 +381,18 @@ class Reconciler:
             ),
         )
 
-    async def _observed(self, kind: kube.Kind, namespace: str, name: str) -> dict[str, Any] | None:
-        """The live object: from the watch-fed store for watched kinds, else one GET."""
+    async def _observed(
+        self, kind: kube.Kind, namespace: str, name: str, *, owner: str | None = None
+    ) -> dict[str, Any] | None:
+        """The live object: from the watch-fed store for watched kinds, else one GET.
+
+        ``owner``: the VM being reconciled; a store miss is confirmed by a GET while that VM is still
+        unverified since a (re)start (see :meth:`verify_children`).
+        """
         if self.store.is_watched(kind):
-            return self.store.get(kind, namespace, name)
+            found = self.store.get(kind, namespace, name)
+            if found is not None or owner is None or (namespace, owner) not in self._unverified:
+                return found
         current = await self.api.get(kind, namespace, name)
         if current is not None:
             self.store.put(kind, current)

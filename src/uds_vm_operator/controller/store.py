@@ -75,22 +75,27 @@ class ObjectStore:
         """True when the object is known (cheaper than ``get`` when only existence matters)."""
         return key_of(kind, namespace, name) in self._objects
 
-    def put(self, kind: Kind, obj: Mapping[str, Any]) -> None:
-        """Store ``obj`` unless a newer version of the same incarnation is already known."""
+    def put(self, kind: Kind, obj: Mapping[str, Any]) -> bool:
+        """Store ``obj`` unless the same or a newer version of this incarnation is known; True if stored.
+
+        False means the store already held exactly this state — typically the watch event of our own
+        write, whose response was stored first — so nobody needs to look at it again.
+        """
         meta = obj.get("metadata") or {}
         key = key_of(kind, str(meta.get("namespace") or ""), str(meta.get("name")))
         uid, version = meta.get("uid"), _resource_version(meta)
         current = self._objects.get(key)
-        stale = (
+        known = (
             current is not None
             and current.uid == uid
             and current.resource_version is not None
             and version is not None
-            and version < current.resource_version
+            and version <= current.resource_version
         )
-        if stale:
-            return
+        if known:
+            return False
         self._objects[key] = _Entry(uid, version, _encode(obj))
+        return True
 
     def discard(self, kind: Kind, obj: Mapping[str, Any]) -> None:
         """Forget a deleted object, but not a newer incarnation created under the same name."""

@@ -1,5 +1,5 @@
 """Hostile userData at the unit tier: deep nesting and alias bombs are refused or rendered, never a
-RecursionError and never an exponential walk (integration twin: tests/integration/test_malformed_crs.py)."""
+RecursionError and never an exponential walk (integration: tests/integration/test_malformed_crs.py)."""
 
 from __future__ import annotations
 
