@@ -75,6 +75,40 @@ def test_owned_child_fields_changed_by_another_manager_are_restored_by_the_child
     assert operator.reconciles() > count
 
 
+def test_an_ingress_rule_slipped_into_a_deny_all_policy_is_removed(
+    api: Api, operator: OperatorProcess, namespace: str
+) -> None:
+    """SC-7: the VM denies all ingress; an allow-all ingress rule added by another writer must not survive."""
+    api.apply(udsvm("web", namespace), vm_path(namespace, "web"))
+    _settled(api, operator, namespace, "web")
+    policy = api.get(netpol_path(namespace, "web-netpol"))
+    assert policy is not None
+    assert not policy["spec"].get("ingress"), "the default VM admits no ingress at all"
+
+    count = operator.reconciles()
+    api.call(
+        "PATCH",
+        netpol_path(namespace, "web-netpol"),
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": "web-netpol", "namespace": namespace},
+            "spec": {"podSelector": policy["spec"]["podSelector"], "ingress": [{}]},  # allow all ingress
+        },
+        content_type=APPLY,
+        params={"fieldManager": INTRUDER, "force": "true", "fieldValidation": "Strict"},
+    )
+    wait_for(
+        lambda: not (api.get(netpol_path(namespace, "web-netpol")) or {})["spec"].get("ingress"),
+        30,
+        0.1,
+        what="the foreign allow-all ingress rule removed",
+    )
+    assert operator.reconciles() > count, "removed without a reconcile: something else wrote it back"
+    restored = api.get(netpol_path(namespace, "web-netpol")) or {}
+    assert restored["spec"].get("egress") == policy["spec"].get("egress")
+
+
 def test_fields_the_operator_does_not_own_are_left_alone(
     api: Api, operator: OperatorProcess, namespace: str
 ) -> None:

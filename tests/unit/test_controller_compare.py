@@ -145,3 +145,13 @@ def test_scalar_lists_must_match_exactly_and_booleans_are_not_numbers() -> None:
     )
     assert not is_subset({"ready": True}, {"ready": 1})
     assert is_subset({"x": None, "y": {}, "z": []}, {})
+
+
+def test_a_rule_another_writer_added_to_our_network_policy_is_drift() -> None:
+    desired = {"kind": "NetworkPolicy", "spec": {"podSelector": {}, "ingress": [], "egress": [{"to": []}]}}
+    served = {"kind": "NetworkPolicy", "spec": {"podSelector": {}, "egress": [{"to": []}]}}
+    assert not needs_apply(desired, served), "the server omits empty lists: that is not drift"
+    widened = {"kind": "NetworkPolicy", "spec": {"podSelector": {}, "ingress": [{}], "egress": [{"to": []}]}}
+    assert needs_apply(desired, widened)
+    extra_egress = {"kind": "NetworkPolicy", "spec": {"podSelector": {}, "egress": [{"to": []}, {}]}}
+    assert needs_apply(desired, extra_egress)

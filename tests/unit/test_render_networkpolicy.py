@@ -37,7 +37,7 @@ def test_selects_the_vm_and_governs_both_directions() -> None:
 
 def test_default_is_dns_only_egress_and_no_ingress() -> None:
     spec = policy()["spec"]
-    assert "ingress" not in spec, "no ingress rules = all ingress denied"
+    assert spec["ingress"] == [], "an explicit empty list: all ingress denied, and the list is ours"
     assert spec["egress"] == [{"to": [DNS_PEER], "ports": DNS_PORTS}]
     assert DNS_PEER["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}
     assert DNS_PEER["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
@@ -45,7 +45,7 @@ def test_default_is_dns_only_egress_and_no_ingress() -> None:
 
 
 def test_none_means_nothing_leaves() -> None:
-    assert "egress" not in policy({"egress": "none"})["spec"]
+    assert policy({"egress": "none"})["spec"]["egress"] == []
 
 
 def test_internet_excludes_private_and_metadata_ranges() -> None:

@@ -75,7 +75,26 @@ def needs_apply(desired: Mapping[str, Any], observed: Mapping[str, Any] | None) 
     """
     if observed is None:
         return True
+    if _extra_policy_rules(desired, observed):
+        return True
     return not is_subset(normalise_secret(desired), observed)
+
+
+POLICY_RULE_LISTS = ("ingress", "egress")
+"""NetworkPolicy rule lists: every element is a grant, so an extra one is drift, never tolerated."""
+
+
+def _extra_policy_rules(desired: Mapping[str, Any], observed: Mapping[str, Any]) -> bool:
+    """True when a NetworkPolicy we own carries more rules than we render (someone widened it).
+
+    The generic subset check tolerates extra list elements (another controller's ownerReference), which is
+    right for metadata and wrong for a zero-trust policy: one foreign allow-all rule would pass as "ours".
+    """
+    if desired.get("kind") != "NetworkPolicy":
+        return False
+    wanted = desired.get("spec") or {}
+    live = observed.get("spec") or {}
+    return any(len(live.get(key) or []) > len(wanted.get(key) or []) for key in POLICY_RULE_LISTS)
 
 
 def is_subset(desired: Any, observed: Any) -> bool:

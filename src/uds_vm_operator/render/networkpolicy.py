@@ -108,19 +108,17 @@ def egress_rules(spec: UDSVirtualMachineSpec) -> list[dict[str, Any]]:
 def render_network_policy(owner: Owner, spec: UDSVirtualMachineSpec) -> dict[str, Any]:
     """The NetworkPolicy ``<name>-netpol`` selecting the VM's pod by ``uds.dev/vm``.
 
-    Empty rule lists are omitted rather than written as ``[]``: the API server drops empty lists, and a
-    desired ``[]`` would differ from the live object on every resync.
+    Both rule lists are always written, even empty: applying ``ingress: []`` makes the operator the owner
+    of the whole (atomic) list, so a rule another writer slips in (say, allow-all ingress) is replaced on
+    the next reconcile instead of surviving beside ours. The API server omits empty lists when serving,
+    and the controller's comparison treats an absent list as equal to ``[]``, so a resync writes nothing.
     """
     policy_spec: dict[str, Any] = {
         "podSelector": {"matchLabels": {VM_LABEL: owner.name}},
         "policyTypes": ["Ingress", "Egress"],
     }
-    ingress = ingress_rules(spec)
-    egress = egress_rules(spec)
-    if ingress:
-        policy_spec["ingress"] = ingress
-    if egress:
-        policy_spec["egress"] = egress
+    policy_spec["ingress"] = ingress_rules(spec)
+    policy_spec["egress"] = egress_rules(spec)
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
