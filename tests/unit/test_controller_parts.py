@@ -129,6 +129,7 @@ def test_inventory_row_flattens_spec_and_status() -> None:
     assert row == {
         "namespace": "ns",
         "name": "vm1",
+        "pool": None,
         "phase": "Ready",
         "source": "upload",
         "os": "windows",

@@ -32,6 +32,7 @@ from uds_vm_operator.api.pool import parse_pool_spec, validate_pool_name
 from uds_vm_operator.controller import kube
 from uds_vm_operator.controller.errors import ControllerError, KubeApiError
 from uds_vm_operator.controller.events import build_event
+from uds_vm_operator.controller.workqueue import MAX_BACKOFF_S, Backoff, KeyedWorkQueue
 from uds_vm_operator.fleet import (
     POOL_LABEL,
     REVISION_LABEL,
@@ -59,7 +60,6 @@ POOL = kube.Kind("uds.dev/v1alpha1", "UDSVirtualMachinePool", "udsvirtualmachine
 CONTROLLER_REVISION = kube.Kind("apps/v1", "ControllerRevision", "controllerrevisions")
 
 Key = tuple[str, str]  # (namespace, pool name)
-MAX_BACKOFF_S = 60.0
 REVISION_HISTORY = 3
 """ControllerRevisions kept per pool (besides the current and update revisions)."""
 DEADLINE_SLACK_S = 1.0
@@ -109,11 +109,10 @@ class PoolController:
         self.metrics = metrics
         self.workers = max(1, workers)
         self.clock = clock
-        self._queue: asyncio.Queue[Key] = asyncio.Queue()
-        self._queued: set[Key] = set()
-        self._processing: set[Key] = set()
-        self._dirty: set[Key] = set()
-        self._failures: dict[Key, int] = {}
+        self._queue: KeyedWorkQueue[Key] = KeyedWorkQueue(
+            self._reconcile_with_retry, workers=self.workers, name="pool"
+        )
+        self._backoff: Backoff[Key] = Backoff(non_retryable_s=MAX_BACKOFF_S)
         self._wakeups: dict[Key, asyncio.TimerHandle] = {}
 
     # ------------------------------------------------------------------------------------------ wiring
@@ -158,14 +157,7 @@ class PoolController:
 
     def enqueue(self, namespace: str, name: str) -> None:
         """Ask for a reconcile of one pool; duplicates collapse, a running reconcile runs again after."""
-        key = (namespace, name)
-        if key in self._queued:
-            return
-        if key in self._processing:
-            self._dirty.add(key)
-            return
-        self._queued.add(key)
-        self._queue.put_nowait(key)
+        self._queue.enqueue((namespace, name))
 
     def enqueue_after(self, namespace: str, name: str, delay_s: float) -> None:
         """Reconcile again in ``delay_s`` (keeps only the earliest pending wake-up per pool)."""
@@ -185,41 +177,21 @@ class PoolController:
 
     def idle(self) -> bool:
         """True when nothing is queued or running."""
-        return not self._queued and not self._processing
+        return self._queue.idle()
 
     async def run(self) -> None:
-        """Run the workers until cancelled."""
-        tasks = [asyncio.create_task(self._worker(), name=f"pool-worker-{i}") for i in range(self.workers)]
+        """Run the workers until cancelled; pending re-checks die with them."""
         try:
-            await asyncio.gather(*tasks)
+            await self._queue.run()
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
             for handle in self._wakeups.values():
                 handle.cancel()
-
-    async def _worker(self) -> None:
-        while True:
-            key = await self._queue.get()
-            self._queued.discard(key)
-            self._processing.add(key)
-            try:
-                await self._reconcile_with_retry(key)
-            finally:
-                self._processing.discard(key)
-                if key in self._dirty:
-                    self._dirty.discard(key)
-                    self.enqueue(*key)
 
     async def _reconcile_with_retry(self, key: Key) -> None:
         try:
             await self.reconcile(*key)
         except Exception as exc:  # one pool must never stop the others
-            retryable = getattr(exc, "retryable", True) if isinstance(exc, ControllerError) else True
-            attempts = self._failures.get(key, 0) + 1
-            self._failures[key] = attempts
-            delay = min(MAX_BACKOFF_S, 0.5 * 2 ** (attempts - 1)) if retryable else MAX_BACKOFF_S
+            delay = self._backoff.failed(key, exc)
             log.warning(
                 "pool reconcile failed",
                 extra={"pool": f"{key[0]}/{key[1]}", "error": str(exc), "retry_in_s": delay},
@@ -227,7 +199,7 @@ class PoolController:
             )
             self.enqueue_after(*key, delay)
         else:
-            self._failures.pop(key, None)
+            self._backoff.succeeded(key)
 
     # --------------------------------------------------------------------------------------- reconcile
 

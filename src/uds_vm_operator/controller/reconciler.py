@@ -48,6 +48,7 @@ from uds_vm_operator.controller.verification_io import (
     observe_verification,
     verifier_image_from_env,
 )
+from uds_vm_operator.controller.workqueue import MAX_BACKOFF_S, Backoff, KeyedWorkQueue
 from uds_vm_operator.metrics import OperatorMetrics
 from uds_vm_operator.render import (
     ClusterFacts,
@@ -64,7 +65,6 @@ from uds_vm_operator.sizing import pvc_mib, virtual_mib
 log = logging.getLogger("uds_vm_operator.reconcile")
 
 Key = tuple[str, str]  # (namespace, name)
-MAX_BACKOFF_S = 60.0
 STATUS_MESSAGE_LIMIT = 4000
 STATUS_QUANTITY_LIMIT = 32
 DV_TERMINAL_WITH_DATA = frozenset({"Succeeded"})
@@ -103,33 +103,23 @@ class Reconciler:
         self.metrics = metrics
         self.workers = max(1, workers)
         self.clock = clock
-        self._queue: asyncio.Queue[Key] = asyncio.Queue()
-        self._queued: set[Key] = set()
-        self._processing: set[Key] = set()
-        self._dirty: set[Key] = set()
-        self._failures: dict[Key, int] = {}
+        self._queue: KeyedWorkQueue[Key] = KeyedWorkQueue(
+            self._reconcile_with_retry, workers=self.workers, name="reconcile"
+        )
+        self._backoff: Backoff[Key] = Backoff(non_retryable_s=MAX_BACKOFF_S * 5)
         self._last_error: dict[Key, str] = {}
         self._unverified: set[Key] = set()
         """VMs seen in the initial listing: a child missing from the store is confirmed by a GET."""
-        self.completed = 0
-        """Reconciles finished (any outcome): lets a health check or benchmark see progress."""
         self.verifier_image = verifier_image_from_env()
+        """The operator's own image, run by SI-7 verifier pods (None: the verifier cannot run)."""
         self.platform = Platform(api, vm_known=lambda ns, vm: store.contains(kube.UDS_VM, ns, vm))
         """KVM guard, CDI source allowlist, live-migration note, UDS Package rules (controller.platform)."""
-        """The operator's own image, run by SI-7 verifier pods (None: the verifier cannot run)."""
 
     # ------------------------------------------------------------------------------------------ queue
 
     def enqueue(self, namespace: str, name: str) -> None:
         """Ask for a reconcile of one VM; duplicates while queued collapse into one."""
-        key = (namespace, name)
-        if key in self._queued:
-            return
-        if key in self._processing:
-            self._dirty.add(key)
-            return
-        self._queued.add(key)
-        self._queue.put_nowait(key)
+        self._queue.enqueue((namespace, name))
 
     def verify_children(self, namespace: str, name: str) -> None:
         """Until this VM's next successful reconcile, confirm a store miss for a child with one GET.
@@ -141,43 +131,23 @@ class Reconciler:
 
     def idle(self) -> bool:
         """True when nothing is queued or running (benchmarks and tests wait for this)."""
-        return not self._queued and not self._processing
+        return self._queue.idle()
+
+    @property
+    def completed(self) -> int:
+        """Reconciles finished (any outcome): lets a health check or benchmark see progress."""
+        return self._queue.completed
 
     async def run(self) -> None:
         """Run the worker pool until cancelled."""
-        tasks = [
-            asyncio.create_task(self._worker(), name=f"reconcile-worker-{i}") for i in range(self.workers)
-        ]
-        try:
-            await asyncio.gather(*tasks)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    async def _worker(self) -> None:
-        while True:
-            key = await self._queue.get()
-            self._queued.discard(key)
-            self._processing.add(key)
-            try:
-                await self._reconcile_with_retry(key)
-            finally:
-                self._processing.discard(key)
-                self.completed += 1
-                if key in self._dirty:
-                    self._dirty.discard(key)
-                    self.enqueue(*key)
+        await self._queue.run()
 
     async def _reconcile_with_retry(self, key: Key) -> None:
         started = time.perf_counter()
         try:
             await self.reconcile(*key)
         except Exception as exc:  # the loop must survive anything one object can throw at it
-            retryable = getattr(exc, "retryable", True) if isinstance(exc, ControllerError) else True
-            attempts = self._failures.get(key, 0) + 1
-            self._failures[key] = attempts
-            delay = min(MAX_BACKOFF_S, 0.5 * 2 ** (attempts - 1)) if retryable else MAX_BACKOFF_S * 5
+            delay = self._backoff.failed(key, exc)
             self.metrics.reconcile_total.labels(status="error").inc()
             log.warning(
                 "reconcile failed",
@@ -187,7 +157,7 @@ class Reconciler:
             await self._report_error(key, exc)
             asyncio.get_running_loop().call_later(delay, self.enqueue, *key)
         else:
-            self._failures.pop(key, None)
+            self._backoff.succeeded(key)
             self._last_error.pop(key, None)
             self._unverified.discard(key)
         finally:
