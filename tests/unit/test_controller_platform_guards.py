@@ -19,6 +19,7 @@ from uds_vm_operator.controller.platform import (
     facts_ttl_from_env,
     live_migration_condition,
     transition_warnings,
+    vm_state_storage_class,
 )
 from uds_vm_operator.render import Owner
 
@@ -269,3 +270,10 @@ def test_facts_interval_comes_from_the_environment_and_survives_garbage(
     for bad in ("soon", "-1", "0"):
         monkeypatch.setenv(TTL_ENV, bad)
         assert facts_ttl_from_env() == DEFAULT_TTL_S
+
+
+def test_vm_state_persistence_comes_only_from_a_configured_kubevirt_storage_class() -> None:
+    assert vm_state_storage_class([]) is None
+    assert vm_state_storage_class([{"spec": {"configuration": {}}}]) is None
+    configured = {"spec": {"configuration": {"vmStateStorageClass": "vm-state"}}}
+    assert vm_state_storage_class([{"spec": {}}, configured]) == "vm-state"

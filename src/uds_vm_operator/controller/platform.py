@@ -19,6 +19,7 @@ re-queued after that interval, so it recovers by itself when a KVM node joins or
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -37,7 +38,7 @@ from uds_vm_operator.controller.udspackage_sync import (
     PackageSync,
     package_condition,
 )
-from uds_vm_operator.render import Owner, vm_package_rules
+from uds_vm_operator.render import ClusterFacts, Owner, vm_package_rules
 from uds_vm_operator.render.common import ROLE_LABEL, VM_LABEL, root_dv_name
 from uds_vm_operator.render.datavolume import DEFAULT_ACCESS_MODES, root_access_modes
 from uds_vm_operator.render.verifier import VERIFIER_ROLE
@@ -66,6 +67,22 @@ class PlatformFacts:
     kvm: kvm_guard.KvmVerdict | None = None
     cdi_allowlist_field: bool = False
     cdi_allowlist: tuple[str, ...] = ()
+    vm_state_storage_class: str | None = None
+    """KubeVirt's ``spec.configuration.vmStateStorageClass``: with it, EFI variables and TPM state persist."""
+
+
+def vm_state_storage_class(kubevirts: Sequence[Mapping[str, Any]]) -> str | None:
+    """The VM-state storage class a KubeVirt CR configures, if any.
+
+    A persistent TPM (BitLocker, Windows 11) and persistent EFI variables need KubeVirt to keep VM state in a
+    PVC of this class; without it, asking for persistence makes KubeVirt refuse the VM, so the renderer only
+    asks when the cluster says it can.
+    """
+    for kubevirt in kubevirts:
+        configured = ((kubevirt.get("spec") or {}).get("configuration") or {}).get("vmStateStorageClass")
+        if configured:
+            return str(configured)
+    return None
 
 
 @dataclass(frozen=True)
@@ -237,6 +254,7 @@ class FactsCache:
             kvm=kvm_guard.kvm_verdict(nodes, kubevirts or []) if nodes is not None else None,
             cdi_allowlist_field=ssrf.cdi_has_allowlist(crd),
             cdi_allowlist=tuple(str(entry) for entry in allowlist),
+            vm_state_storage_class=vm_state_storage_class(kubevirts or []),
         )
 
 
@@ -253,6 +271,13 @@ class Platform:
         self.packages = PackageSync(self.api, self.vm_known)
         self._requeues: set[tuple[str, str]] = set()
         self._prune_denied: set[str] = set()
+
+    async def render_facts(self, base: ClusterFacts) -> ClusterFacts:
+        """The renderer's cluster facts, completed with what the platform knows (VM-state persistence)."""
+        persistent = (await self.facts.get()).vm_state_storage_class is not None
+        if persistent == base.persistent_vm_state:
+            return base
+        return dataclasses.replace(base, persistent_vm_state=persistent)
 
     async def assess(self, owner_body: Mapping[str, Any], spec: UDSVirtualMachineSpec) -> PlatformAssessment:
         """The platform conditions of one VM (see :func:`assess`)."""

@@ -196,7 +196,7 @@ class Reconciler:
             await self._publish(owner_body, obs, outcome, status="invalid")
             return outcome
         refusal = _storage_refusal(spec)
-        facts = await self.facts.get()
+        facts = await self.platform.render_facts(await self.facts.get())
         if refusal is not None:
             obs = self._base_observation(spec, facts, generation, refusal=refusal)
             await self._publish(owner_body, obs, outcome, status="invalid")
