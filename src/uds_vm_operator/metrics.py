@@ -14,17 +14,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
-PHASES = (
-    "Pending",
-    "WaitingForUpload",
-    "Importing",
-    "Verifying",
-    "Provisioning",
-    "Ready",
-    "Stopped",
-    "Failed",
-)
-"""Every value ``status.phase`` can take; ``uds_vm_phase`` keeps exactly one of them at 1 per VM."""
+from uds_vm_operator.api.models import PHASES
+
+# ``PHASES`` is every value ``status.phase`` can take; ``uds_vm_phase`` keeps exactly one of them at 1 per VM.
 
 CONTROLS = ("SI-7", "SC-7", "AC-3", "IA-5")
 """Controls with live evidence on each VM: digest verified, zero-trust network, hardened guest access."""
