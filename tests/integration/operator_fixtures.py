@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,12 +107,23 @@ def api(control_plane: Any) -> Iterator[Api]:
         client.close()
 
 
-@pytest.fixture
-def operator(control_plane: Any, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
-    process = OperatorProcess(Path(control_plane.kubeconfig), namespace, tmp_path / "logs")
+@contextlib.contextmanager
+def running_operator(
+    control_plane: Any, namespace: str, tmp_path: Path, extra_args: list[str] | None = None
+) -> Iterator[OperatorProcess]:
+    """The operator as a real subprocess for one test; its log is printed afterwards for diagnosis."""
+    process = OperatorProcess(
+        Path(control_plane.kubeconfig), namespace, tmp_path / "logs", extra_args=extra_args or []
+    )
     process.start()
     try:
         yield process
     finally:
         process.stop()
         print(f"--- operator log ({process.log_path}) ---\n{process.logs()}")
+
+
+@pytest.fixture
+def operator(control_plane: Any, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
+    with running_operator(control_plane, namespace, tmp_path) as process:
+        yield process

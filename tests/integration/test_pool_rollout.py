@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from operator_fixtures import api, running_operator
 from operator_harness import Api, OperatorProcess, apiserver_writes
 from pool_play import ReadinessPlayer, ReadyWatcher, members_path, pool_path, wait_until
 
 from uds_vm_operator.fleet import POOL_LABEL, REVISION_LABEL, revision_hash
+
+__all__ = ["api"]  # fixture used by name
 
 POOL = "web"
 
@@ -44,28 +47,10 @@ def pool_manifest(namespace: str, *, replicas: int, image: str, **spec: Any) -> 
 
 
 @pytest.fixture
-def api(control_plane: Any) -> Iterator[Api]:
-    client = Api(Path(control_plane.kubeconfig))
-    try:
-        yield client
-    finally:
-        client.close()
-
-
-@pytest.fixture
 def pool_operator(control_plane: Any, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
-    process = OperatorProcess(
-        Path(control_plane.kubeconfig),
-        namespace,
-        tmp_path / "logs",
-        extra_args=["--controllers", "pool", "--log-level", "DEBUG"],
-    )
-    process.start()
-    try:
+    extra = ["--controllers", "pool", "--log-level", "DEBUG"]
+    with running_operator(control_plane, namespace, tmp_path, extra) as process:
         yield process
-    finally:
-        process.stop()
-        print(f"--- operator log ({process.log_path}) ---\n{process.logs()}")
 
 
 def members(api: Api, namespace: str) -> dict[str, dict[str, Any]]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from operator_fixtures import running_operator
 from operator_harness import Api, OperatorProcess
 from pool_play import (
     MERGE,
@@ -126,13 +127,8 @@ def pvcs_released(control_plane: Any, namespace: str) -> Iterator[None]:
 
 @pytest.fixture
 def full_operator(control_plane: Any, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
-    process = OperatorProcess(Path(control_plane.kubeconfig), namespace, tmp_path / "logs")
-    process.start()
-    try:
+    with running_operator(control_plane, namespace, tmp_path) as process:
         yield process
-    finally:
-        process.stop()
-        print(f"--- operator log ({process.log_path}) ---\n{process.logs()[-20000:]}")
 
 
 def pool(namespace: str, replicas: int) -> dict[str, Any]:

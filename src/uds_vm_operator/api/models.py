@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
@@ -775,17 +775,27 @@ def parse_vm_spec(raw: Mapping[str, Any]) -> UDSVirtualMachineSpec:
     Never lets pydantic's ValidationError escape: the controller turns SpecError into a condition and an
     Event, and a traceback there would tell the user nothing.
     """
+    return parse_spec_mapping(UDSVirtualMachineSpec, raw)
+
+
+SpecModelT = TypeVar("SpecModelT", bound=BaseModel)
+
+
+def parse_spec_mapping(model: type[SpecModelT], raw: Mapping[str, Any]) -> SpecModelT:
+    """Validate ``raw`` as ``model``, turning pydantic's errors into one user-facing :class:`SpecError`.
+
+    Shared by every CRD's spec parser so each reports its first problem (and how many more) the same way.
+    """
     if not isinstance(raw, Mapping):
         raise SpecError(f"spec: expected a mapping, got {type(raw).__name__}")
     try:
-        return UDSVirtualMachineSpec.model_validate(dict(raw))
+        return model.model_validate(dict(raw))
     except SpecError:
         raise
     except ValidationError as exc:
         problems = [_describe(error) for error in exc.errors(include_url=False)]
-        first = problems[0]
         more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
-        raise SpecError(first + more) from None
+        raise SpecError(problems[0] + more) from None
 
 
 def validate_vm_name(name: str) -> None:

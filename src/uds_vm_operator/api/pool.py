@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from uds_vm_operator.api.errors import SpecError
 from uds_vm_operator.api.models import (
@@ -22,7 +22,7 @@ from uds_vm_operator.api.models import (
     ApiModel,
     Condition,
     UDSVirtualMachineSpec,
-    _describe,
+    parse_spec_mapping,
 )
 
 POOL_KIND = "UDSVirtualMachinePool"
@@ -226,16 +226,7 @@ POOL_NAME_VALIDATIONS = (
 
 def parse_pool_spec(raw: Mapping[str, Any]) -> UDSVirtualMachinePoolSpec:
     """Parse a pool ``spec`` mapping, or raise :class:`SpecError` naming the field and the fix."""
-    if not isinstance(raw, Mapping):
-        raise SpecError(f"spec: expected a mapping, got {type(raw).__name__}")
-    try:
-        return UDSVirtualMachinePoolSpec.model_validate(dict(raw))
-    except SpecError:
-        raise
-    except ValidationError as exc:
-        problems = [_describe(error) for error in exc.errors(include_url=False)]
-        more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
-        raise SpecError(problems[0] + more) from None
+    return parse_spec_mapping(UDSVirtualMachinePoolSpec, raw)
 
 
 def validate_pool_name(name: str) -> None:
