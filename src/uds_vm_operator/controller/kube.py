@@ -114,16 +114,19 @@ class KubeApi:
         self.field_manager = field_manager
 
     @classmethod
-    def from_kubeconfig(cls, path: str | Path | None, *, timeout_s: float = 10.0) -> KubeApi:
+    def from_kubeconfig(
+        cls, path: str | Path | None, *, timeout_s: float = 10.0, max_connections: int = 0
+    ) -> KubeApi:
         """Build a client from a kubeconfig, the in-cluster service account or ``$KUBECONFIG``.
 
         Requests go over aiohttp (already loaded by kopf; see :mod:`.transport`); only a kubeconfig that
         needs an ``exec`` plugin or an auth provider is served by lightkube's httpx client.
+        ``max_connections`` (0: unbounded) caps open connections: each TLS connection holds its buffers.
         """
         from uds_vm_operator.controller import transport  # noqa: PLC0415 (lazy: the CLI never needs it)
 
         if path is None or not transport.needs_exec_plugin(path):
-            return cls(transport.build_client(path, timeout_s))
+            return cls(transport.build_client(path, timeout_s, max_connections=max_connections))
         return cls.from_kubeconfig_with_lightkube(path, timeout_s=timeout_s)
 
     @classmethod

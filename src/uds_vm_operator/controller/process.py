@@ -18,11 +18,25 @@ import kopf
 from prometheus_client import start_http_server
 
 from uds_vm_operator.controller import kube
+from uds_vm_operator.controller.api_presence import ServedKindsChangedError, served_kinds, wait_for_change
+from uds_vm_operator.controller.errors import ControllerError
 from uds_vm_operator.controller.facts import DATAVOLUME_CRD, FactsCache
-from uds_vm_operator.controller.handlers import build_registry, configure_settings, watched_kinds
+from uds_vm_operator.controller.handlers import (
+    CHILD_KINDS,
+    build_registry,
+    configure_settings,
+    needs_cluster_scanning,
+    watched_kinds,
+)
 from uds_vm_operator.controller.health import start_health_server
+from uds_vm_operator.controller.kopf_memory import memories_for
 from uds_vm_operator.controller.logsetup import configure_logging
 from uds_vm_operator.controller.memory import trim_when_idle, tune_allocator
+from uds_vm_operator.controller.peering import (
+    DEFAULT_LIFETIME_S,
+    apply_peering_settings,
+    warn_if_peering_object_missing,
+)
 from uds_vm_operator.controller.reconciler import Reconciler
 from uds_vm_operator.controller.store import ObjectStore
 from uds_vm_operator.metrics import OperatorMetrics
@@ -42,11 +56,16 @@ class RunOptions:
     bind_address: str = "0.0.0.0"
     peering: str | None = None
     standalone: bool = False
-    priority: int = 0
+    priority: int | None = None
+    """Peering priority; ``None`` = chosen per replica (controller/peering.py), so replicas never tie."""
+    peering_lifetime: int = DEFAULT_LIFETIME_S
     max_workers: int = 8
     log_level: str = "INFO"
     controllers: tuple[str, ...] = ("vm", "pool")
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+SPARE_CONNECTIONS = 4
 
 
 def run(options: RunOptions) -> int:
@@ -66,7 +85,11 @@ def run(options: RunOptions) -> int:
 
 async def _serve(options: RunOptions) -> None:
     tune_allocator()
-    api = kube.KubeApi.from_kubeconfig(options.kubeconfig)
+    # One connection per reconcile worker (requests within a reconcile are sequential) plus a few for the
+    # pool controller, Events and status: more would only hold idle TLS buffers.
+    api = kube.KubeApi.from_kubeconfig(
+        options.kubeconfig, max_connections=options.max_workers + SPARE_CONNECTIONS
+    )
     metrics = OperatorMetrics()
     start_http_server(options.metrics_port, addr=options.bind_address, registry=metrics.registry)
     store = ObjectStore(watched_kinds())
@@ -76,10 +99,12 @@ async def _serve(options: RunOptions) -> None:
 
     reconciler = Reconciler(api, store, FactsCache(fetch_crd), metrics, workers=options.max_workers)
     registry = build_registry(reconciler, store) if "vm" in options.controllers else kopf.OperatorRegistry()
+    kopf_kinds: list[kube.Kind] = [kube.UDS_VM, *CHILD_KINDS] if "vm" in options.controllers else []
     pool_workers: asyncio.Task[None] | None = None
     if "pool" in options.controllers:
-        from uds_vm_operator.controller.pool import PoolController  # noqa: PLC0415
+        from uds_vm_operator.controller.pool import POOL, PoolController  # noqa: PLC0415
 
+        kopf_kinds += [POOL, kube.UDS_VM]
         pools = PoolController(api, metrics)
         pools.register(registry)
         pool_workers = asyncio.create_task(pools.run(), name="pool-workers")
@@ -91,7 +116,23 @@ async def _serve(options: RunOptions) -> None:
         return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
     settings = kopf.OperatorSettings()
-    configure_settings(settings, max_workers=options.max_workers)
+    scan_cluster = needs_cluster_scanning(options.namespaces)
+    configure_settings(settings, max_workers=options.max_workers, scan_cluster=scan_cluster)
+    apply_peering_settings(
+        settings,
+        name=options.peering,
+        standalone=options.standalone,
+        priority=options.priority,
+        lifetime_s=options.peering_lifetime,
+    )
+    clusterwide = options.all_namespaces or not options.namespaces
+    await warn_if_peering_object_missing(
+        api, name=options.peering, clusterwide=clusterwide, namespaces=options.namespaces
+    )
+    stop = asyncio.Event()
+    presence = (
+        None if scan_cluster else asyncio.create_task(_stop_when_served_kinds_change(api, kopf_kinds, stop))
+    )
     ready = asyncio.Event()
     health = await start_health_server(options.bind_address, options.health_port, ready.is_set)
     workers = asyncio.create_task(reconciler.run(), name="reconcile-workers")
@@ -108,15 +149,18 @@ async def _serve(options: RunOptions) -> None:
     try:
         await kopf.operator(
             registry=registry,
-            settings=settings,
-            standalone=options.standalone,
-            peering_name=options.peering,
-            priority=options.priority,
-            clusterwide=options.all_namespaces or not options.namespaces,
+            settings=settings,  # peering name, priority and lifetime: apply_peering_settings above
+            clusterwide=clusterwide,
             namespaces=options.namespaces,
             ready_flag=ready,
+            stop_flag=stop,
+            memories=memories_for(registry),
         )
+        if presence is not None and presence.done() and not presence.cancelled():
+            raise ServedKindsChangedError(f"restarting to follow the API: {presence.result()}")
     finally:
+        if presence is not None:
+            presence.cancel()
         trimmer.cancel()
         workers.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -128,3 +172,19 @@ async def _serve(options: RunOptions) -> None:
         health.close()
         await api.close()
         log.info("operator stopped")
+
+
+async def _stop_when_served_kinds_change(
+    api: kube.KubeApi, kinds: list[kube.Kind], stop: asyncio.Event
+) -> str:
+    """Ask kopf to stop once a watched kind appears or disappears (kopf watches what was served at start)."""
+    initial: frozenset[kube.Kind] | None = None
+    while initial is None:
+        try:
+            initial = await served_kinds(api, kinds)
+        except ControllerError:
+            await asyncio.sleep(5.0)  # the API server is not reachable yet; kopf retries on its own too
+    change = await wait_for_change(api, kinds, initial)
+    log.error("stopping: the served API changed", extra={"change": change})
+    stop.set()
+    return change

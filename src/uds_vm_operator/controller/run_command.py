@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from uds_vm_operator.controller.peering import DEFAULT_LIFETIME_S, MAX_LIFETIME_S, MIN_LIFETIME_S
+
 
 def add_run_parser(sub: Any) -> None:
     """Register the ``run`` sub-command on the operator's argparse sub-parsers."""
@@ -27,7 +29,21 @@ def add_run_parser(sub: Any) -> None:
     peering = run.add_mutually_exclusive_group()
     peering.add_argument("--peering", metavar="NAME", help="kopf peering object name (replicas coordinate)")
     peering.add_argument("--standalone", action="store_true", help="run without peering (single replica)")
-    run.add_argument("--priority", type=int, default=0, help="peering priority (higher wins)")
+    run.add_argument(
+        "--priority",
+        type=int,
+        default=None,
+        help="peering priority, higher wins (default: chosen per replica so replicas never tie; "
+        "the longest-running replica leads, and any explicit value >= 0 outranks every chosen one)",
+    )
+    run.add_argument(
+        "--peering-lifetime",
+        type=_peering_lifetime,
+        default=DEFAULT_LIFETIME_S,
+        metavar="SECONDS",
+        help=f"how long a silent replica counts as alive; a SIGKILLed leader is replaced within it "
+        f"({MIN_LIFETIME_S}-{MAX_LIFETIME_S}, default {DEFAULT_LIFETIME_S})",
+    )
     run.add_argument("--max-workers", type=_positive, default=8, help="concurrent reconciles (default 8)")
     run.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     run.add_argument(
@@ -41,6 +57,9 @@ def add_run_parser(sub: Any) -> None:
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Start the operator with the parsed arguments; returns the exit code."""
+    from uds_vm_operator.controller.trust import restrict_default_trust  # noqa: PLC0415
+
+    restrict_default_trust(args.kubeconfig)  # before aiohttp is imported: it builds a default SSL context
     from uds_vm_operator.controller.process import RunOptions, run  # noqa: PLC0415 (lazy: fast --help)
 
     return run(
@@ -54,6 +73,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             peering=args.peering,
             standalone=args.standalone,
             priority=args.priority,
+            peering_lifetime=args.peering_lifetime,
             max_workers=args.max_workers,
             log_level=args.log_level,
             controllers=args.controllers,
@@ -78,6 +98,24 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return value
+
+
+def _peering_lifetime(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds") from None
+    if value < MIN_LIFETIME_S:
+        raise argparse.ArgumentTypeError(
+            f"{value} s is below {MIN_LIFETIME_S} s: a live leader would look dead whenever one keep-alive "
+            f"PATCH or the clock skew between nodes took a few seconds"
+        )
+    if value > MAX_LIFETIME_S:
+        raise argparse.ArgumentTypeError(
+            f"{value} s is above {MAX_LIFETIME_S} s: a killed leader would leave the VMs unreconciled that "
+            f"long (default {DEFAULT_LIFETIME_S})"
+        )
     return value
 
 

@@ -104,7 +104,12 @@ class AiohttpClient:
     transport_errors = TRANSPORT_ERRORS
 
     def __init__(
-        self, info: kopf.ConnectionInfo, *, timeout_s: float, relogin: Callable[[], kopf.ConnectionInfo]
+        self,
+        info: kopf.ConnectionInfo,
+        *,
+        timeout_s: float,
+        relogin: Callable[[], kopf.ConnectionInfo],
+        max_connections: int = 0,
     ) -> None:
         self._server = info.server.rstrip("/")
         self._ssl = info.as_ssl_context()
@@ -112,10 +117,11 @@ class AiohttpClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._relogin = relogin
         self._session: aiohttp.ClientSession | None = None
+        self._max_connections = max_connections
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None:  # created lazily: a session binds to the running event loop
-            connector = aiohttp.TCPConnector(ssl=self._ssl, limit=0)
+            connector = aiohttp.TCPConnector(ssl=self._ssl, limit=self._max_connections)
             self._session = aiohttp.ClientSession(connector=connector, timeout=self._timeout, trust_env=False)
         return self._session
 
@@ -156,7 +162,9 @@ class AiohttpClient:
             self._session = None
 
 
-def build_client(path: str | Path | None, timeout_s: float) -> AiohttpClient:
+def build_client(path: str | Path | None, timeout_s: float, *, max_connections: int = 0) -> AiohttpClient:
     """An :class:`AiohttpClient` for the kubeconfig at ``path`` (or in-cluster / $KUBECONFIG)."""
     info = connection_info(path)
-    return AiohttpClient(info, timeout_s=timeout_s, relogin=lambda: connection_info(path))
+    return AiohttpClient(
+        info, timeout_s=timeout_s, relogin=lambda: connection_info(path), max_connections=max_connections
+    )
