@@ -64,3 +64,21 @@ def test_overhead_series_disappears_when_unknown() -> None:
     record(metrics, "vm1", "Ready")
     metrics.record_vm(name="vm1", namespace="ns", phase="Ready", controls={}, overhead_ratio=None)
     assert "uds_vm_storage_overhead_ratio{" not in exposition(metrics)
+
+
+def test_the_streamed_exposition_says_exactly_what_generate_latest_says() -> None:
+    """The server streams per-VM series from the compact state; a scrape must not tell a different story."""
+    metrics = OperatorMetrics(process_collectors=False)
+    for index in range(1200):  # more than one chunk
+        record(metrics, f"vm{index}", "Ready" if index % 3 else "Importing", verified=bool(index % 2))
+    metrics.record_vm(name="odd", namespace="ns", phase="Ready", controls={}, overhead_ratio=None)
+    metrics.record_vm(
+        name='q"uo\\te', namespace="ns", phase="Ready", controls={"SI-7": True}, overhead_ratio=2.5
+    )
+    metrics.reconcile_total.labels(status="success").inc()
+    metrics.pool_replicas.labels(pool="p", namespace="ns", state="ready").set(2)
+    chunks = list(metrics.exposition_chunks())
+    assert len(chunks) > 3
+    streamed = b"".join(chunks).decode()
+    assert sorted(streamed.splitlines()) == sorted(exposition(metrics).splitlines())
+    assert 'uds_vm_phase{namespace="ns",phase="Ready",vm="q\\"uo\\\\te"} 1.0' in streamed

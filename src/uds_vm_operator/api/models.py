@@ -83,7 +83,12 @@ def _validations(*rules: dict[str, str]) -> dict[str, Any]:
 
 
 class ApiModel(BaseModel):
-    """Base of every API model: camelCase JSON, unknown fields refused, immutable once parsed."""
+    """Base of every API model: camelCase JSON, unknown fields refused, immutable once parsed.
+
+    ``defer_build``: pydantic builds a model's validator on first use instead of at class creation, so the
+    operator's start-up pays only for the models it parses (a VM spec, once, with its nested models
+    inlined), not for every status, pool and sub-model validator it never calls on its own.
+    """
 
     model_config = ConfigDict(
         extra="forbid",
@@ -92,6 +97,7 @@ class ApiModel(BaseModel):
         validate_by_alias=True,
         serialize_by_alias=True,
         frozen=True,
+        defer_build=True,
     )
 
     def to_json_dict(self) -> dict[str, Any]:

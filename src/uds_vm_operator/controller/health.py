@@ -28,14 +28,19 @@ def probe_status(path: str, ready: Callable[[], bool]) -> int:
     return 404
 
 
+async def read_request_path(reader: asyncio.StreamReader, timeout_s: float = 5.0) -> str:
+    """The path of an HTTP request line (query dropped); "" if the line is not a request."""
+    request_line = await asyncio.wait_for(reader.readline(), timeout=timeout_s)
+    parts = request_line.decode("latin-1").split()
+    return parts[1].split("?")[0] if len(parts) >= 2 else ""
+
+
 async def start_health_server(host: str, port: int, ready: Callable[[], bool]) -> asyncio.Server:
     """Serve the probes on ``host:port`` until the returned server is closed."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            request_line = await asyncio.wait_for(reader.readline(), timeout=5)
-            parts = request_line.decode("latin-1").split()
-            path = parts[1].split("?")[0] if len(parts) >= 2 else ""
+            path = await read_request_path(reader)
             writer.write(_RESPONSES[probe_status(path, ready)])
             await writer.drain()
         except (TimeoutError, ConnectionError):

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
-from prometheus_client import start_http_server
 
 from uds_vm_operator.controller import kube
 from uds_vm_operator.controller.api_presence import ServedKindsChangedError, served_kinds, wait_for_change
@@ -32,6 +31,7 @@ from uds_vm_operator.controller.health import start_health_server
 from uds_vm_operator.controller.kopf_memory import memories_for
 from uds_vm_operator.controller.logsetup import configure_logging
 from uds_vm_operator.controller.memory import trim_when_idle, tune_allocator
+from uds_vm_operator.controller.metrics_server import start_metrics_server
 from uds_vm_operator.controller.peering import (
     DEFAULT_LIFETIME_S,
     apply_peering_settings,
@@ -91,7 +91,7 @@ async def _serve(options: RunOptions) -> None:
         options.kubeconfig, max_connections=options.max_workers + SPARE_CONNECTIONS
     )
     metrics = OperatorMetrics()
-    start_http_server(options.metrics_port, addr=options.bind_address, registry=metrics.registry)
+    metrics_server = await start_metrics_server(options.bind_address, options.metrics_port, metrics)
     store = ObjectStore(watched_kinds())
 
     async def fetch_crd() -> dict[str, Any] | None:
@@ -110,7 +110,7 @@ async def _serve(options: RunOptions) -> None:
         pool_workers = asyncio.create_task(pools.run(), name="pool-workers")
 
     @kopf.on.login(registry=registry)
-    def login(**kwargs: Any) -> Any:
+    async def login(**kwargs: Any) -> Any:
         if options.kubeconfig:
             return kopf.login_with_kubeconfig(**kwargs)
         return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
@@ -170,6 +170,7 @@ async def _serve(options: RunOptions) -> None:
             with contextlib.suppress(asyncio.CancelledError):
                 await pool_workers
         health.close()
+        metrics_server.close()
         await api.close()
         log.info("operator stopped")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 from typing import Any
 
 from uds_vm_operator.controller.peering import DEFAULT_LIFETIME_S, MAX_LIFETIME_S, MIN_LIFETIME_S
@@ -60,7 +61,14 @@ def run_from_args(args: argparse.Namespace) -> int:
     from uds_vm_operator.controller.trust import restrict_default_trust  # noqa: PLC0415
 
     restrict_default_trust(args.kubeconfig)  # before aiohttp is imported: it builds a default SSL context
-    from uds_vm_operator.controller.process import RunOptions, run  # noqa: PLC0415 (lazy: fast --help)
+    # This import creates ~100k long-lived objects (kopf, aiohttp, pydantic): the collector would run ~150
+    # times while they load and find next to nothing to free. memory.tune_allocator collects and freezes
+    # them once, when they are all in place.
+    gc.disable()
+    try:
+        from uds_vm_operator.controller.process import RunOptions, run  # noqa: PLC0415 (lazy: fast --help)
+    finally:
+        gc.enable()
 
     return run(
         RunOptions(
