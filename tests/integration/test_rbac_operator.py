@@ -65,8 +65,7 @@ MUST_ALLOW = [
     ("patch", "kopf.dev", "kopfpeerings", ""),
 ]
 MUST_ALLOW_CLUSTER = [
-    ("list", "apiextensions.k8s.io", "customresourcedefinitions", ""),
-    ("watch", "", "namespaces", ""),
+    ("get", "apiextensions.k8s.io", "customresourcedefinitions", ""),
     ("list", "", "nodes", ""),
     ("patch", "kopf.dev", "clusterkopfpeerings", ""),
     ("list", "kubevirt.io", "kubevirts", ""),
@@ -89,6 +88,8 @@ MUST_DENY = [
     ("list", "", "configmaps", "", "vm"),  # image records are read by name only
     ("patch", "", "configmaps", "", "vm"),
     ("update", "apiextensions.k8s.io", "customresourcedefinitions", "", None),
+    ("list", "apiextensions.k8s.io", "customresourcedefinitions", "", None),  # kopf scanning is off
+    ("watch", "", "namespaces", "", None),
     ("patch", "cdi.kubevirt.io", "cdiconfigs", "", None),
     ("delete", "kubevirt.io", "virtualmachines", "", "vm"),
     ("patch", "uds.dev", "udsvirtualmachines", "", "vm"),  # the user's spec is never rewritten

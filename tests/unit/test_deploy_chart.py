@@ -39,11 +39,10 @@ REQUIRED = {
     ("", "services"): {"get", "list", "create", "patch", "delete"},
     ("", "pods"): {"get", "list", "watch", "create", "patch", "delete"},
     ("events.k8s.io", "events"): {"create"},
-    ("", "namespaces"): {"get", "list", "watch"},
     ("", "nodes"): {"list"},
     ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create", "patch", "delete"},
     ("gateway.networking.k8s.io", "httproutes"): {"get", "list", "create", "patch", "delete"},
-    ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"get"},
     ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"},
     ("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch"},
 }
