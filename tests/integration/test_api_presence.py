@@ -49,10 +49,14 @@ def test_a_watched_kind_appearing_and_vanishing_is_noticed(api: Api, control_pla
         try:
             before = await served_kinds(client, kinds)
             api.call("POST", kube.CRD.path(), widget_crd(group), expect=(201,))
-            appeared = await asyncio.wait_for(wait_for_change(client, kinds, before, interval_s=0.5), 60)
+            appeared = await asyncio.wait_for(
+                wait_for_change(client, kinds, before, interval_s=0.5, confirm_s=0.5), 60
+            )
             with_widget = await served_kinds(client, kinds)
             api.call("DELETE", kube.CRD.path(None, f"widgets.{group}"), expect=(200,))
-            vanished = await asyncio.wait_for(wait_for_change(client, kinds, with_widget, interval_s=0.5), 60)
+            vanished = await asyncio.wait_for(
+                wait_for_change(client, kinds, with_widget, interval_s=0.5, confirm_s=0.5), 60
+            )
             return before, appeared, vanished
         finally:
             await client.close()

@@ -14,7 +14,8 @@ import yaml
 from kopf._core.reactor.inventory import ResourceMemories
 
 from uds_vm_operator.controller import kube
-from uds_vm_operator.controller.api_presence import describe_change, discovery_path
+from uds_vm_operator.controller.api_presence import describe_change, discovery_path, wait_for_change
+from uds_vm_operator.controller.errors import KubeUnreachableError
 from uds_vm_operator.controller.handlers import configure_settings, needs_cluster_scanning
 from uds_vm_operator.controller.kopf_memory import EphemeralMemories, memories_for
 from uds_vm_operator.controller.memory import shrink_tls_read_buffers
@@ -136,3 +137,30 @@ def test_tls_read_buffers_are_shrunk_for_new_connections() -> None:
         assert sslproto.SSLProtocol.max_size == 32 * 1024
     finally:
         sslproto.SSLProtocol.max_size = original
+
+
+class DiscoveryScript:
+    """Answers discovery GETs from a script of served plural sets, one entry per check."""
+
+    def __init__(self, script: list[set[str] | None]) -> None:
+        self.script = script
+        self.checks = 0
+
+    async def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
+        served = self.script[min(self.checks, len(self.script) - 1)]
+        self.checks += 1
+        if served is None:
+            raise KubeUnreachableError("down")
+        return {"resources": [{"name": plural} for plural in served]}
+
+
+def test_a_discovery_blip_during_an_api_server_restart_is_not_a_change() -> None:
+    kinds = [kube.SECRET, kube.PVC]
+    initial = frozenset(kinds)
+    # down, then secrets briefly missing (not confirmed), then a real, lasting removal of PVCs
+    api = DiscoveryScript(
+        [None, {"secrets"}, {"secrets", "persistentvolumeclaims"}, {"secrets"}, {"secrets"}]
+    )
+    change = asyncio.run(wait_for_change(api, kinds, initial, interval_s=0, confirm_s=0))  # type: ignore[arg-type]
+    assert change == "no longer served: persistentvolumeclaims.v1"
+    assert api.checks == 5

@@ -18,6 +18,7 @@ from uds_vm_operator.controller.errors import ControllerError
 from uds_vm_operator.controller.kube import Kind, KubeApi
 
 CHECK_INTERVAL_S = 60.0
+CONFIRM_S = 10.0
 
 
 class ServedKindsChangedError(ControllerError):
@@ -53,15 +54,30 @@ def describe_change(before: frozenset[Kind], after: frozenset[Kind]) -> str:
 
 
 async def wait_for_change(
-    api: KubeApi, kinds: Iterable[Kind], initial: frozenset[Kind], interval_s: float = CHECK_INTERVAL_S
+    api: KubeApi,
+    kinds: Iterable[Kind],
+    initial: frozenset[Kind],
+    interval_s: float = CHECK_INTERVAL_S,
+    confirm_s: float = CONFIRM_S,
 ) -> str:
-    """Return (a description) once the served set differs from ``initial``; transient errors are retried."""
+    """Return (a description) once the served set differs from ``initial`` on two checks in a row.
+
+    The second look, ``confirm_s`` later, keeps a restarting API server — whose discovery briefly omits
+    CRDs that are not yet re-established — from looking like a removed API. Unreachable is not a change.
+    """
     wanted = list(kinds)
     while True:
         await asyncio.sleep(interval_s)
-        try:
-            now = await served_kinds(api, wanted)
-        except ControllerError:
-            continue  # an unreachable API server is not a change; the next check decides
-        if now != initial:
-            return describe_change(initial, now)
+        first = await _served_or_none(api, wanted)
+        if first is None or first == initial:
+            continue
+        await asyncio.sleep(confirm_s)
+        if await _served_or_none(api, wanted) == first:
+            return describe_change(initial, first)
+
+
+async def _served_or_none(api: KubeApi, kinds: list[Kind]) -> frozenset[Kind] | None:
+    try:
+        return await served_kinds(api, kinds)
+    except ControllerError:
+        return None
