@@ -12,6 +12,9 @@ For each N (100, 1,000) and each repetition, two scenarios run interleaved in fr
   (and the Event) the operator writes, the moment each VM's apply returns. No watch, no cache, no diffing:
   the least work that leaves the cluster in the same state. Timed by the same watches.
 
+The operator runs in the pod's environment (``bench/image_env.py``: no ``SSL_CERT_FILE``/``SSL_CERT_DIR``,
+which a developer shell exports and the image does not).
+
 ``ratio = operator_s / floor_s`` is the figure the acceptance criterion reads (≤ 1.5 at N = 1,000).
 Uses ``$UDS_TEST_KUBECONFIG`` when set, else starts a private control plane. ``BENCH_SCALE_N`` (comma list)
 and ``BENCH_SCALE_REPEAT`` override the sizes and repetitions.
@@ -32,6 +35,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from bench.image_env import image_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 for extra in (ROOT / "tools" / "envtest", ROOT / "tests", ROOT / "tests" / "integration"):
@@ -299,6 +304,7 @@ def _operator_scenario(kubeconfig: Path, n: int) -> dict[str, Any]:
         namespace,
         Path(tempfile.mkdtemp(prefix="bench-scale-")),
         extra_args=["--controllers", "vm", "--max-workers", str(WORKERS), "--log-level", "WARNING"],
+        environment=image_environment(os.environ),  # as in the pod: see bench/image_env.py
     )
     try:
         operator.start()

@@ -162,7 +162,10 @@ class OperatorProcess:
         *,
         extra_args: Iterable[str] = (),
         peering: str | None = None,
+        environment: Mapping[str, str] | None = None,
     ) -> None:
+        self.environment = environment
+        """The operator's environment (default: this process's)."""
         self.peering = peering
         """Run with ``--peering NAME`` (replicas coordinate) instead of ``--standalone``."""
         self.kubeconfig = kubeconfig
@@ -200,7 +203,11 @@ class OperatorProcess:
             str(self.health_port),
             *self.extra_args,
         ]
-        env = {**os.environ, "NO_PROXY": "*", "no_proxy": "*"}
+        env = {
+            **(os.environ if self.environment is None else self.environment),
+            "NO_PROXY": "*",
+            "no_proxy": "*",
+        }
         self.log_dir.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
