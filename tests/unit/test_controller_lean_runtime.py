@@ -17,6 +17,7 @@ from uds_vm_operator.controller import kube
 from uds_vm_operator.controller.api_presence import describe_change, discovery_path, wait_for_change
 from uds_vm_operator.controller.errors import KubeUnreachableError
 from uds_vm_operator.controller.handlers import configure_settings, needs_cluster_scanning
+from uds_vm_operator.controller.kopf_diffbase import NoDiffBase, use_no_diffbase_if_event_only
 from uds_vm_operator.controller.kopf_memory import EphemeralMemories, memories_for
 from uds_vm_operator.controller.memory import shrink_tls_read_buffers
 from uds_vm_operator.controller.trust import restrict_default_trust
@@ -164,3 +165,28 @@ def test_a_discovery_blip_during_an_api_server_restart_is_not_a_change() -> None
     change = asyncio.run(wait_for_change(api, kinds, initial, interval_s=0, confirm_s=0))  # type: ignore[arg-type]
     assert change == "no longer served: persistentvolumeclaims.v1"
     assert api.checks == 5
+
+
+def test_event_only_registries_skip_kopfs_diff_base() -> None:
+    events_only = kopf.OperatorRegistry()
+
+    @kopf.on.event("uds.dev", "v1alpha1", "udsvirtualmachines", registry=events_only)
+    async def seen(**_: Any) -> None:
+        return None
+
+    settings = kopf.OperatorSettings()
+    assert use_no_diffbase_if_event_only(settings, events_only)
+    storage = settings.persistence.diffbase_storage
+    assert isinstance(storage, NoDiffBase)
+    body = kopf.Body({"metadata": {"name": "a"}, "spec": {"big": ["x"] * 100}})
+    assert storage.build(body=body) == {} and storage.fetch(body=body) is None
+
+    with_update_handler = kopf.OperatorRegistry()
+
+    @kopf.on.update("uds.dev", "v1alpha1", "udsvirtualmachines", registry=with_update_handler)
+    async def changed(**_: Any) -> None:
+        return None
+
+    settings = kopf.OperatorSettings()
+    assert not use_no_diffbase_if_event_only(settings, with_update_handler)
+    assert not isinstance(settings.persistence.diffbase_storage, NoDiffBase)

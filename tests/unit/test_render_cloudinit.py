@@ -14,7 +14,9 @@ from uds_vm_operator.render.cloudinit import (
     MAX_USERDATA_BYTES,
     SSHD_DROPIN_PATH,
     USERDATA_KEY,
+    YAML_DUMPER,
     deep_merge_under,
+    dump_yaml,
     render_cloudinit_secret,
     render_user_data,
 )
@@ -191,3 +193,20 @@ def test_secret_uses_the_key_kubevirt_reads_and_no_password_ever() -> None:
     decoded = base64.b64decode(secret["data"]["userdata"]).decode()
     assert decoded == render_user_data(OWNER, spec)
     assert "passwd:" not in decoded.replace("lock_passwd", "")
+
+
+def test_libyaml_and_the_python_emitter_write_the_same_user_data() -> None:
+    """The operator dumps with libyaml for speed; a VM's Secret must not change with the emitter."""
+    hostile = (
+        "#cloud-config\nwrite_files:\n - path: /etc/x\n   content: |\n     a: 'q' \"dq\" é ✓\n     \\t tab\n"
+    )
+    document = {
+        "users": [{"name": "bob", "ssh_authorized_keys": [KEY]}],
+        "nested": {"list": [1, 2.5, True, None, "0123", "yes", "a: b", "- x", "#c", ""]},
+        "unicode": "é ✓ 🚀",
+        "multiline": "line1\nline2\n",
+        "user": yaml.safe_load(hostile),
+    }
+    assert YAML_DUMPER is yaml.CSafeDumper  # CI installs PyYAML with libyaml
+    assert dump_yaml(document) == dump_yaml(document, yaml.SafeDumper)
+    assert yaml.safe_load(dump_yaml(document)) == document

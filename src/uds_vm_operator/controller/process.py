@@ -28,6 +28,7 @@ from uds_vm_operator.controller.handlers import (
     watched_kinds,
 )
 from uds_vm_operator.controller.health import start_health_server
+from uds_vm_operator.controller.kopf_diffbase import use_no_diffbase_if_event_only
 from uds_vm_operator.controller.kopf_memory import memories_for
 from uds_vm_operator.controller.logsetup import configure_logging
 from uds_vm_operator.controller.memory import trim_when_idle, tune_allocator
@@ -118,6 +119,7 @@ async def _serve(options: RunOptions) -> None:
     settings = kopf.OperatorSettings()
     scan_cluster = needs_cluster_scanning(options.namespaces)
     configure_settings(settings, max_workers=options.max_workers, scan_cluster=scan_cluster)
+    use_no_diffbase_if_event_only(settings, registry)
     apply_peering_settings(
         settings,
         name=options.peering,
