@@ -32,7 +32,7 @@ CHILD_KINDS = (
     VERIFIER_POD,
 )
 """Kinds watched (server-side filtered to our label) so their changes re-trigger the owning VM."""
-LIST_CHUNK_SIZE = 25
+LIST_CHUNK_SIZE = 10
 QUEUE_IDLE_TIMEOUT_S = 0.05
 NAMESPACE_GLOB_CHARS = frozenset("*?[!")
 
