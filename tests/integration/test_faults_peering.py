@@ -76,6 +76,16 @@ def _fail_over(
     return failover_s
 
 
+def _only_the_leader_reconciles(api: Api, namespace: str, leader: Any, standby: Any) -> None:
+    """Five VMs applied while both run: the leader reconciles every one, the standby none."""
+    first = [f"first{i}" for i in range(5)]
+    _apply_vms(api, namespace, first)
+    for name in first:
+        wait_phase(api, leader, namespace, name, "Pending")
+    leader.wait_quiet(minimum=len(first))
+    assert standby.reconciles() == 0, "the standby reconciled while the leader was alive"
+
+
 def test_only_the_leading_replica_reconciles_and_the_other_takes_over_when_it_dies(
     api: Api, control_plane: Any, namespace: str, tmp_path: Path
 ) -> None:
@@ -96,12 +106,7 @@ def test_only_the_leading_replica_reconciles_and_the_other_takes_over_when_it_di
             0.2,
             what="the standby replica pausing for the leader",
         )
-        first = [f"first{i}" for i in range(5)]
-        _apply_vms(api, namespace, first)
-        for name in first:
-            wait_phase(api, leader, namespace, name, "Pending")
-        leader.wait_quiet(minimum=len(first))
-        assert standby.reconciles() == 0, "the paused replica reconciled while the leader was alive"
+        _only_the_leader_reconciles(api, namespace, leader, standby)
 
         failover_s = _fail_over(api, namespace, leader, standby, DEFAULT_LIFETIME_S)
         print(
@@ -143,12 +148,7 @@ def test_identical_replicas_never_tie_and_fail_over_within_the_lifetime(
         wait_for(lambda: one_leader_for_a_while(state), 30, 0.1, what="exactly one replica reconciling")
         leader, standby = replicas if _reconciling(replicas[0]) else replicas[::-1]
 
-        first = [f"first{i}" for i in range(5)]
-        _apply_vms(api, namespace, first)
-        for name in first:
-            wait_phase(api, leader, namespace, name, "Pending")
-        leader.wait_quiet(minimum=len(first))
-        assert standby.reconciles() == 0, "the standby reconciled while the leader was alive"
+        _only_the_leader_reconciles(api, namespace, leader, standby)
 
         failover_s = _fail_over(api, namespace, leader, standby, SHORT_LIFETIME_S)
         print(
