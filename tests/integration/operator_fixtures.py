@@ -127,3 +127,21 @@ def running_operator(
 def operator(control_plane: Any, namespace: str, tmp_path: Path) -> Iterator[OperatorProcess]:
     with running_operator(control_plane, namespace, tmp_path) as process:
         yield process
+
+
+PVC_PROTECTION = "kubernetes.io/pvc-protection"
+
+
+def release_pvcs(api: Api, namespace: str) -> None:
+    """Play the pvc-protection controller (absent from this control plane) so the namespace can be deleted.
+
+    Call only after the operator stopped, or it would re-create the released Retain disks.
+    """
+    for pvc in api.items(core_path(namespace, "persistentvolumeclaims")):
+        finalizers = pvc["metadata"].get("finalizers") or []
+        if PVC_PROTECTION in finalizers:
+            remaining = [f for f in finalizers if f != PVC_PROTECTION]
+            api.merge(
+                core_path(namespace, "persistentvolumeclaims", pvc["metadata"]["name"]),
+                {"metadata": {"finalizers": remaining or None}},
+            )

@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from operator_fixtures import api, core_path, dv_path, kv_path, netpol_path, udsvm, vm_path
+from operator_fixtures import api, core_path, dv_path, kv_path, netpol_path, release_pvcs, udsvm, vm_path
 from operator_harness import Api, OperatorProcess
 
 from kube_helpers import wait_for
@@ -26,24 +26,6 @@ VMS = 100
 KILLS = 10
 MANAGED = "app.kubernetes.io/managed-by=uds-vm-operator"
 RETAIN_DISK = {"name": "data", "size": "1Gi", "retentionPolicy": "Retain"}
-
-
-PVC_PROTECTION = "kubernetes.io/pvc-protection"
-
-
-def release_pvcs(api: Api, namespace: str) -> None:
-    """Play the pvc-protection controller (absent from this control plane) so the namespace can be deleted.
-
-    Call only after the operator stopped, or it would re-create the released Retain disks.
-    """
-    for pvc in api.items(core_path(namespace, "persistentvolumeclaims")):
-        finalizers = pvc["metadata"].get("finalizers") or []
-        if PVC_PROTECTION in finalizers:
-            remaining = [f for f in finalizers if f != PVC_PROTECTION]
-            api.merge(
-                core_path(namespace, "persistentvolumeclaims", pvc["metadata"]["name"]),
-                {"metadata": {"finalizers": remaining or None}},
-            )
 
 
 def _vm(name: str, namespace: str, memory: str = "1Gi") -> dict[str, Any]:

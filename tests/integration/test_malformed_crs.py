@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from operator_fixtures import api, core_path, operator, status_of, udsvm, vm_path, wait_phase
+from operator_fixtures import api, operator, release_pvcs, status_of, udsvm, vm_path, wait_phase
 from operator_harness import Api, OperatorProcess
 
 from kube_helpers import wait_for
@@ -149,24 +149,6 @@ CASES: list[tuple[str, Mutation]] = [
     ("windows-name-unicode", _spec(os="windows", cloudInit=None, windows={"computerName": "SËRVER"})),
     ("windows-image-index-0", _spec(os="windows", cloudInit=None, windows={"imageIndex": 0})),
 ]
-
-
-PVC_PROTECTION = "kubernetes.io/pvc-protection"
-
-
-def release_pvcs(api: Api, namespace: str) -> None:
-    """Play the pvc-protection controller (absent from this control plane) so the namespace can be deleted.
-
-    Call only after the operator stopped, or it would re-create the released Retain disks.
-    """
-    for pvc in api.items(core_path(namespace, "persistentvolumeclaims")):
-        finalizers = pvc["metadata"].get("finalizers") or []
-        if PVC_PROTECTION in finalizers:
-            remaining = [f for f in finalizers if f != PVC_PROTECTION]
-            api.merge(
-                core_path(namespace, "persistentvolumeclaims", pvc["metadata"]["name"]),
-                {"metadata": {"finalizers": remaining or None}},
-            )
 
 
 def _peak_rss_mib(operator: OperatorProcess) -> float:

@@ -12,6 +12,7 @@ from operator_fixtures import (
     kv_path,
     netpol_path,
     operator,
+    release_pvcs,
     udsvm,
     vm_path,
     wait_phase,
@@ -23,18 +24,6 @@ from kube_helpers import wait_for
 __all__ = ["api", "operator"]  # fixtures used by name
 
 GC_TIMEOUT_S = 120
-PVC_PROTECTION = "kubernetes.io/pvc-protection"
-
-
-def release_pvc_finalizers(api: Api, namespace: str) -> None:
-    for pvc in api.items(core_path(namespace, "persistentvolumeclaims")):
-        finalizers = pvc["metadata"].get("finalizers") or []
-        if PVC_PROTECTION in finalizers:
-            remaining = [f for f in finalizers if f != PVC_PROTECTION]
-            api.merge(
-                core_path(namespace, "persistentvolumeclaims", pvc["metadata"]["name"]),
-                {"metadata": {"finalizers": remaining or None}},
-            )  # the garbage collector is eventual (discovery resync ~30 s)
 
 
 def test_delete_collects_owned_children_and_keeps_retained_disks_for_the_next_vm(
@@ -88,4 +77,4 @@ def test_delete_collects_owned_children_and_keeps_retained_disks_for_the_next_vm
     # Play the pvc-protection controller (not part of this control plane) so the namespace can be finalised;
     # the operator stops first, or it would re-create a released PVC (with a fresh finalizer) at once.
     operator.stop()
-    release_pvc_finalizers(api, namespace)
+    release_pvcs(api, namespace)

@@ -7,7 +7,17 @@ from __future__ import annotations
 import base64
 
 import yaml
-from operator_fixtures import api, core_path, dv_path, operator, status_of, udsvm, vm_path, wait_phase
+from operator_fixtures import (
+    api,
+    core_path,
+    dv_path,
+    operator,
+    release_pvcs,
+    status_of,
+    udsvm,
+    vm_path,
+    wait_phase,
+)
 from operator_harness import Api, OperatorProcess
 
 from kube_helpers import wait_for
@@ -15,7 +25,6 @@ from kube_helpers import wait_for
 __all__ = ["api", "operator"]  # fixtures used by name
 
 GC_TIMEOUT_S = 120
-PVC_PROTECTION = "kubernetes.io/pvc-protection"
 BACKUP = "uds.dev/backup"
 LONGHORN_GROUP = "recurring-job-group.longhorn.io/default"
 VELERO_EXCLUDE = "velero.io/exclude-from-backup"
@@ -33,17 +42,6 @@ DATA_DISKS = [
 
 def pvc_path(namespace: str, name: str) -> str:
     return core_path(namespace, "persistentvolumeclaims", name)
-
-
-def release_pvc_finalizers(api: Api, namespace: str) -> None:
-    """Play the pvc-protection controller (not part of this control plane) so PVCs can go."""
-    for pvc in api.items(core_path(namespace, "persistentvolumeclaims")):
-        finalizers = pvc["metadata"].get("finalizers") or []
-        if PVC_PROTECTION in finalizers:
-            remaining = [f for f in finalizers if f != PVC_PROTECTION]
-            api.merge(
-                pvc_path(namespace, pvc["metadata"]["name"]), {"metadata": {"finalizers": remaining or None}}
-            )
 
 
 def test_every_disk_is_backed_up_by_default_and_the_exemption_is_recorded(
@@ -82,7 +80,7 @@ def test_every_disk_is_backed_up_by_default_and_the_exemption_is_recorded(
     code, payload = api.create(bad, vm_path(namespace))
     assert code == 422 and "backupExemptionReason" in str(payload)
     operator.stop()
-    release_pvc_finalizers(api, namespace)
+    release_pvcs(api, namespace)
 
 
 def test_rebuild_drill_delete_and_reapply_keeps_the_retained_disk_and_its_backup_labels(
@@ -118,7 +116,7 @@ def test_rebuild_drill_delete_and_reapply_keeps_the_retained_disk_and_its_backup
     assert "app-data-data" in claims
     assert status_of(api, namespace, "app")["backupExemptions"][0]["disk"] == "cache"
     operator.stop()
-    release_pvc_finalizers(api, namespace)
+    release_pvcs(api, namespace)
 
 
 def cloud_config(api: Api, namespace: str, name: str) -> dict[str, object]:
