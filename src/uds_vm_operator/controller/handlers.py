@@ -37,9 +37,13 @@ QUEUE_IDLE_TIMEOUT_S = 0.05
 NAMESPACE_GLOB_CHARS = frozenset("*?[!")
 
 
+VM_CONTROLLER_KINDS = (kube.UDS_VM, *CHILD_KINDS)
+"""Every kind the VM controller's handlers watch."""
+
+
 def watched_kinds() -> set[tuple[str, str]]:
     """The (apiVersion, kind) pairs the store is kept current for by watches."""
-    return {(k.api_version, k.kind) for k in (kube.UDS_VM, *CHILD_KINDS)}
+    return {(k.api_version, k.kind) for k in VM_CONTROLLER_KINDS}
 
 
 def owner_name_of(child: Mapping[str, Any]) -> str | None:

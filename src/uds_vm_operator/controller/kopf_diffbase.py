@@ -6,7 +6,7 @@ diffs it against the last-handled one, for ``on.create/update/field`` handlers. 
 VMs converged. :class:`NoDiffBase` answers with an empty essence and stores nothing (kopf writes no
 annotation either way: event handlers never persist a diff-base).
 
-Guarded like :mod:`.kopf_memory`: a registry with change handlers keeps kopf's own storage.
+Guarded by :func:`.kopf_memory.is_event_only`: a registry with other handlers keeps kopf's own storage.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from typing import Any, cast
 
 import kopf
+
+from uds_vm_operator.controller.kopf_memory import is_event_only
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
@@ -35,7 +37,7 @@ class NoDiffBase(kopf.DiffBaseStorage):
 
 def use_no_diffbase_if_event_only(settings: kopf.OperatorSettings, registry: kopf.OperatorRegistry) -> bool:
     """Switch to :class:`NoDiffBase` when no handler compares states; True if switched."""
-    if registry._changing.get_all_handlers() or registry._spawning.get_all_handlers():
+    if not is_event_only(registry):
         return False
     settings.persistence.diffbase_storage = NoDiffBase()
     return True

@@ -35,11 +35,15 @@ class EphemeralMemories(ResourceMemories):
         )
 
 
-def memories_for(registry: kopf.OperatorRegistry) -> ResourceMemories:
-    """Ephemeral memories when every resource handler is a watch-event handler, kopf's default otherwise."""
-    needs_memory = (
+def is_event_only(registry: kopf.OperatorRegistry) -> bool:
+    """True when every resource handler is a watch-event handler: nothing needs kopf's per-object state."""
+    return not (
         registry._spawning.get_all_handlers()  # daemons and timers
         or registry._changing.get_all_handlers()  # create/update/delete/resume handlers
         or registry._indexing.get_all_handlers()
     )
-    return ResourceMemories() if needs_memory else EphemeralMemories()
+
+
+def memories_for(registry: kopf.OperatorRegistry) -> ResourceMemories:
+    """Ephemeral memories when every resource handler is a watch-event handler, kopf's default otherwise."""
+    return EphemeralMemories() if is_event_only(registry) else ResourceMemories()

@@ -21,7 +21,7 @@ from uds_vm_operator.controller.api_presence import ServedKindsChangedError, ser
 from uds_vm_operator.controller.errors import ControllerError
 from uds_vm_operator.controller.facts import DATAVOLUME_CRD, FactsCache
 from uds_vm_operator.controller.handlers import (
-    CHILD_KINDS,
+    VM_CONTROLLER_KINDS,
     build_registry,
     configure_settings,
     needs_cluster_scanning,
@@ -100,12 +100,12 @@ async def _serve(options: RunOptions) -> None:
 
     reconciler = Reconciler(api, store, FactsCache(fetch_crd), metrics, workers=options.max_workers)
     registry = build_registry(reconciler, store) if "vm" in options.controllers else kopf.OperatorRegistry()
-    kopf_kinds: list[kube.Kind] = [kube.UDS_VM, *CHILD_KINDS] if "vm" in options.controllers else []
+    kopf_kinds: list[kube.Kind] = list(VM_CONTROLLER_KINDS) if "vm" in options.controllers else []
     pool_workers: asyncio.Task[None] | None = None
     if "pool" in options.controllers:
         from uds_vm_operator.controller.pool import POOL, PoolController  # noqa: PLC0415
 
-        kopf_kinds += [POOL, kube.UDS_VM]
+        kopf_kinds += [POOL, kube.UDS_VM]  # a repeat is harmless: presence is checked as a set
         pools = PoolController(api, metrics)
         pools.register(registry)
         pool_workers = asyncio.create_task(pools.run(), name="pool-workers")

@@ -20,9 +20,9 @@ from typing import Any
 
 import aiohttp
 import kopf
-import yaml
 
 from uds_vm_operator.controller.errors import KubeConfigError
+from uds_vm_operator.controller.kubeconfig import current_entries
 
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
@@ -45,24 +45,8 @@ class Response:
 
 def needs_exec_plugin(path: str | Path) -> bool:
     """True when the kubeconfig's current user authenticates by ``exec`` or an auth provider."""
-    _, _, user = _current(path)
+    _, _, user = current_entries(path)
     return bool(user.get("exec") or (user.get("auth-provider") and not user.get("token")))
-
-
-def _current(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    try:
-        config = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        name = config["current-context"]
-        context = next(c["context"] for c in config.get("contexts") or [] if c["name"] == name)
-        cluster = next(c["cluster"] for c in config.get("clusters") or [] if c["name"] == context["cluster"])
-        users = {u["name"]: u.get("user") or {} for u in config.get("users") or []}
-        user = users.get(context.get("user"), {})
-    except (OSError, yaml.YAMLError, KeyError, TypeError, StopIteration, AttributeError) as exc:
-        raise KubeConfigError(
-            f"cannot use the kubeconfig {path} ({type(exc).__name__}: {exc}); check its current-context, "
-            "cluster and user entries"
-        ) from exc
-    return context, cluster, user
 
 
 def connection_info(path: str | Path | None) -> kopf.ConnectionInfo:
@@ -76,7 +60,7 @@ def connection_info(path: str | Path | None) -> kopf.ConnectionInfo:
                 "no credentials: not in a cluster and no kubeconfig; pass --kubeconfig PATH or set KUBECONFIG"
             )
         return info
-    context, cluster, user = _current(path)
+    context, cluster, user = current_entries(path)
     base = Path(path).resolve().parent
 
     def file(value: str | None) -> str | None:

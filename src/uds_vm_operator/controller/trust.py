@@ -16,6 +16,10 @@ from __future__ import annotations
 import os
 from collections.abc import MutableMapping
 from pathlib import Path
+from typing import Any
+
+from uds_vm_operator.controller.errors import KubeConfigError
+from uds_vm_operator.controller.kubeconfig import current_entries
 
 SERVICE_ACCOUNT_CA = Path("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt")
 TRUST_VARIABLES = ("SSL_CERT_FILE", "SSL_CERT_DIR")
@@ -58,15 +62,10 @@ def _cluster_ca(kubeconfig: str | None, environ: MutableMapping[str, str], sa_ca
     return None
 
 
-def _current_cluster(path: Path) -> dict[str, object] | None:
+def _current_cluster(path: Path) -> dict[str, Any] | None:
     """The current context's cluster entry; None when the file cannot be read (the login reports that)."""
-    import yaml  # noqa: PLC0415 (only when a kubeconfig is used)
-
     try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        name = config["current-context"]
-        context = next(c["context"] for c in config.get("contexts") or [] if c["name"] == name)
-        cluster = next(c["cluster"] for c in config.get("clusters") or [] if c["name"] == context["cluster"])
-    except (OSError, yaml.YAMLError, KeyError, TypeError, StopIteration, AttributeError):
+        _, cluster, _ = current_entries(path)
+    except KubeConfigError:
         return None
     return cluster if isinstance(cluster, dict) else None
