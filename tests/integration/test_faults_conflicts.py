@@ -25,16 +25,17 @@ def _settled(api: Api, operator: OperatorProcess, namespace: str, name: str) -> 
     operator.wait_quiet(minimum=1)
 
 
-def test_owned_child_fields_changed_by_another_manager_are_restored_by_the_child_watch(
-    api: Api, operator: OperatorProcess, namespace: str
-) -> None:
+def _settled_vm_policy(api: Api, operator: OperatorProcess, namespace: str) -> dict[str, Any]:
+    """Apply the VM "web", let the operator settle, and return its NetworkPolicy as the server has it."""
     api.apply(udsvm("web", namespace), vm_path(namespace, "web"))
     _settled(api, operator, namespace, "web")
     policy = api.get(netpol_path(namespace, "web-netpol"))
     assert policy is not None
-    egress = policy["spec"]["egress"]
+    return policy
 
-    count = operator.reconciles()
+
+def _intrude_allow_all(api: Api, namespace: str, policy: dict[str, Any], rules: str) -> None:
+    """Another field manager force-applies an allow-all ``rules`` ("ingress"/"egress") list to the policy."""
     api.call(
         "PATCH",
         netpol_path(namespace, "web-netpol"),
@@ -42,11 +43,21 @@ def test_owned_child_fields_changed_by_another_manager_are_restored_by_the_child
             "apiVersion": "networking.k8s.io/v1",
             "kind": "NetworkPolicy",
             "metadata": {"name": "web-netpol", "namespace": namespace},
-            "spec": {"podSelector": policy["spec"]["podSelector"], "egress": [{}]},  # allow all egress
+            "spec": {"podSelector": policy["spec"]["podSelector"], rules: [{}]},
         },
         content_type=APPLY,
         params={"fieldManager": INTRUDER, "force": "true", "fieldValidation": "Strict"},
     )
+
+
+def test_owned_child_fields_changed_by_another_manager_are_restored_by_the_child_watch(
+    api: Api, operator: OperatorProcess, namespace: str
+) -> None:
+    policy = _settled_vm_policy(api, operator, namespace)
+    egress = policy["spec"]["egress"]
+
+    count = operator.reconciles()
+    _intrude_allow_all(api, namespace, policy, "egress")
     wait_for(
         lambda: (api.get(netpol_path(namespace, "web-netpol")) or {})["spec"].get("egress") == egress,
         30,
@@ -79,25 +90,11 @@ def test_an_ingress_rule_slipped_into_a_deny_all_policy_is_removed(
     api: Api, operator: OperatorProcess, namespace: str
 ) -> None:
     """SC-7: the VM denies all ingress; an allow-all ingress rule added by another writer must not survive."""
-    api.apply(udsvm("web", namespace), vm_path(namespace, "web"))
-    _settled(api, operator, namespace, "web")
-    policy = api.get(netpol_path(namespace, "web-netpol"))
-    assert policy is not None
+    policy = _settled_vm_policy(api, operator, namespace)
     assert not policy["spec"].get("ingress"), "the default VM admits no ingress at all"
 
     count = operator.reconciles()
-    api.call(
-        "PATCH",
-        netpol_path(namespace, "web-netpol"),
-        {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "NetworkPolicy",
-            "metadata": {"name": "web-netpol", "namespace": namespace},
-            "spec": {"podSelector": policy["spec"]["podSelector"], "ingress": [{}]},  # allow all ingress
-        },
-        content_type=APPLY,
-        params={"fieldManager": INTRUDER, "force": "true", "fieldValidation": "Strict"},
-    )
+    _intrude_allow_all(api, namespace, policy, "ingress")
     wait_for(
         lambda: not (api.get(netpol_path(namespace, "web-netpol")) or {})["spec"].get("ingress"),
         30,
