@@ -36,8 +36,9 @@ def write_files(directory: str | Path, texts: Mapping[str, str], *, option: str)
         folder.mkdir(parents=True, exist_ok=True)
         for name, text in texts.items():
             staged.append((_stage(folder, name, text), folder / name))
-        for temporary, final in staged:
+        for _, final in staged:  # every check before the first rename: all or none
             _refuse_non_file(final)
+        for temporary, final in staged:
             os.replace(temporary, final)
     except OSError as exc:
         for temporary, _ in staged:
@@ -50,10 +51,11 @@ def write_files(directory: str | Path, texts: Mapping[str, str], *, option: str)
     return [str(final) for _, final in staged]
 
 
-def write_file(path: str | Path, text: str, *, option: str) -> None:
+def write_file(path: str | Path, text: str, *, option: str, make_parents: bool = False) -> None:
     """Write ``text`` to ``path`` whole or not at all (see :func:`write_files`); a device is written directly.
 
-    ``--output /dev/stdout`` keeps working; a directory or a missing parent is a :class:`UsageError`.
+    ``--output /dev/stdout`` keeps working; a directory, or a missing parent unless ``make_parents``, is a
+    :class:`UsageError`.
     """
     target = Path(os.path.realpath(path))
     try:
@@ -71,7 +73,7 @@ def write_file(path: str | Path, text: str, *, option: str) -> None:
         return
     if mode is not None and stat.S_ISDIR(mode):
         raise UsageError(f"cannot write {option} {path}: it is a directory; give a file name")
-    if not target.parent.is_dir():
+    if not make_parents and not target.parent.is_dir():
         raise UsageError(f"cannot write {option} {path}: the directory {target.parent} does not exist")
     write_files(target.parent, {target.name: text}, option=option)
 

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from uds_vm_operator.cli._errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
+from uds_vm_operator.cli._inputs import regular_file
 from uds_vm_operator.cli._output import write_file
 from uds_vm_operator.compliance.assessment import (
     SATISFIED,
@@ -66,7 +67,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Evaluate every control for every UDSVirtualMachine and report satisfied / not-satisfied."""
         console = Console(stderr=as_json)
-        component = Path(component_path) if component_path else None
+        component = regular_file(Path(component_path), option="--component") if component_path else None
         output = Path(output_path) if output_path else None
         if namespace and all_namespaces:
             raise UsageError("give either --namespace or --all-namespaces, not both")
@@ -95,7 +96,7 @@ def register(app: typer.Typer) -> None:
                 if output.suffix == ".json"
                 else yaml.safe_dump(document, sort_keys=False, width=120)
             )
-            write_file(output, text, option="--output")
+            write_file(output, text, option="--output", make_parents=True)
         rows = summary(findings)
         ok = bool(findings) and all(f.satisfied for f in findings)
         if as_json:
