@@ -1,4 +1,4 @@
-"""Every ``uds-vmctl`` command against a table of hostile inputs: one clear line, exit 1 or 2, never a traceback.
+"""Every ``uds-vmctl`` command against a table of hostile inputs: one clear line, exit 1 or 2, no traceback.
 
 The sweep crosses each command with the inputs a field engineer can get wrong: kubeconfigs (empty, binary,
 not a mapping, wrongly typed, incomplete, unusable server URL, undecodable certificate data, paths that
@@ -99,7 +99,7 @@ def kubeconfig_table(port: int, inputs: Path) -> dict[str, bytes | dict[str, Any
         "NUL bytes in text": b"apiVersion: v1\x00\x00\n",
         "invalid YAML": b"clusters: [\n  - name: site\n",
         "two YAML documents": b"a: 1\n---\nb: 2\n",
-        "deeply nested": b"[" * 5000 + b"]" * 5000,
+        "deeply nested": b"[" * 600 + b"]" * 600,  # deeper than the YAML parser's recursion allows
         "a list": b"- clusters\n- contexts\n",
         "a string": b"just a string\n",
         "a number": b"42\n",
@@ -366,7 +366,7 @@ FLAG_CASES: list[Case] = [
 
 def kube_cases(names: list[str]) -> list[Case]:
     return [
-        Case(f"{command} × kubeconfig {name}", tuple("KCFILE:" + name if a == "KC" else a for a in argv))
+        Case(f"{command} x kubeconfig {name}", tuple("KCFILE:" + name if a == "KC" else a for a in argv))
         for name in names
         for command, argv in KUBE_COMMANDS.items()
     ]
@@ -374,7 +374,7 @@ def kube_cases(names: list[str]) -> list[Case]:
 
 def image_cases(names: list[str]) -> list[Case]:
     return [
-        Case(f"{command} × image {name}", tuple("IMAGEFILE:" + name if a == "IMAGE" else a for a in argv))
+        Case(f"{command} x image {name}", tuple("IMAGEFILE:" + name if a == "IMAGE" else a for a in argv))
         for name in names
         for command, argv in IMAGE_COMMANDS.items()
     ]
@@ -397,7 +397,7 @@ ALL_CASES = kube_cases(KUBECONFIG_NAMES) + image_cases(IMAGE_NAMES) + FLAG_CASES
 
 @dataclass
 class World:
-    """The module's inputs: every hostile file, a valid image and a kubeconfig that is fine but unreachable."""
+    """The inputs: every hostile file, a valid image, and a kubeconfig that is fine but unreachable."""
 
     inputs: Path
     kubeconfigs: dict[str, Path]
@@ -432,18 +432,20 @@ def world(tmp_path_factory: pytest.TempPathFactory, refused_port: int) -> World:
 
 def concrete(case: Case, world: World, out: Path) -> list[str]:
     """The case's argv with placeholders replaced by this run's paths."""
+    fixed = {
+        "IMG": str(world.raw_image),
+        "GOOD": str(world.good_kubeconfig),
+        "FIFO": str(world.fifo),
+        "PROXY": f"https://127.0.0.1:{world.port}",
+    }
     replaced = []
-    for arg in case.argv:
-        if arg.startswith("KCFILE:"):
-            arg = str(world.kubeconfigs[arg.removeprefix("KCFILE:")])
-        elif arg.startswith("IMAGEFILE:"):
-            arg = str(world.images[arg.removeprefix("IMAGEFILE:")])
-        arg = {
-            "IMG": str(world.raw_image),
-            "GOOD": str(world.good_kubeconfig),
-            "FIFO": str(world.fifo),
-            "PROXY": f"https://127.0.0.1:{world.port}",
-        }.get(arg, arg)
+    for raw in case.argv:
+        if raw.startswith("KCFILE:"):
+            arg = str(world.kubeconfigs[raw.removeprefix("KCFILE:")])
+        elif raw.startswith("IMAGEFILE:"):
+            arg = str(world.images[raw.removeprefix("IMAGEFILE:")])
+        else:
+            arg = fixed.get(raw, raw)
         replaced.append(arg.replace("OUT", str(out)).replace("INPUTS", str(world.inputs)))
     return replaced
 
@@ -501,10 +503,18 @@ def test_in_process(case: Case, world: World, clean_env: Path) -> None:
 
 
 def subprocess_cases() -> list[Case]:
-    """Each kubeconfig and image input once, rotating over the commands, plus every flag case."""
-    kube = [kube_cases([name])[index % len(KUBE_COMMANDS)] for index, name in enumerate(KUBECONFIG_NAMES)]
+    """Every third kubeconfig and flag case and every image case, rotating over the commands.
+
+    A process start costs ~0.3 s of CPU; the in-process sweep covers every case, this part proves the
+    console script adds no traceback of its own for each kind of input.
+    """
+    kube = [
+        kube_cases([name])[index % len(KUBE_COMMANDS)]
+        for index, name in enumerate(KUBECONFIG_NAMES)
+        if index % 3 == 0
+    ]
     images = [image_cases([name])[index % len(IMAGE_COMMANDS)] for index, name in enumerate(IMAGE_NAMES)]
-    return kube + images + FLAG_CASES
+    return kube + images + FLAG_CASES[::3]
 
 
 def test_as_a_real_process(world: World, tmp_path: Path) -> None:
@@ -533,7 +543,7 @@ def test_as_a_real_process(world: World, tmp_path: Path) -> None:
     for case, run_dir, done in outcomes:
         assert_refused(case, done.returncode, done.stdout, done.stderr)
         assert list(run_dir.iterdir()) == [], f"{case.id}: left {list(run_dir.iterdir())}"
-    assert len(outcomes) == len(cases) >= 100
+    assert len(outcomes) == len(cases) >= 40
 
 
 # ------------------------------------------------------------------- specific promises behind the sweep
@@ -623,8 +633,8 @@ def test_a_bug_ends_in_one_line_and_debug_shows_the_traceback(
     quiet = CliRunner().invoke(app, argv)
     assert quiet.exit_code == 1
     assert quiet.stderr.strip().splitlines() == [
-        "error: unexpected ZeroDivisionError: division by zero; this is a bug in uds-vmctl: run it again with "
-        "--debug (or UDS_VMCTL_DEBUG=1) and report the traceback"
+        "error: unexpected ZeroDivisionError: division by zero; this is a bug in uds-vmctl: run it again "
+        "with --debug (or UDS_VMCTL_DEBUG=1) and report the traceback"
     ]
     loud = CliRunner().invoke(app, ["--debug", *argv])
     assert loud.exit_code == 1 and TRACEBACK in loud.stderr and "in boom" in loud.stderr

@@ -175,8 +175,10 @@ def _read_mapping(path: Path) -> dict[str, Any]:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         raise KubeconfigProblem(path, f"is not valid YAML ({where}{exc.problem})") from None
-    except (yaml.YAMLError, RecursionError) as exc:
+    except yaml.YAMLError as exc:
         raise KubeconfigProblem(path, f"is not valid YAML ({type(exc).__name__})") from None
+    except RecursionError:
+        raise KubeconfigProblem(path, "is nested far too deeply to be a kubeconfig") from None
     if config is None:
         raise KubeconfigProblem(path, "is empty")
     if not isinstance(config, dict):
