@@ -9,7 +9,7 @@ KUBECONFIG_OUT := $(ENVTEST_DIR)/kubeconfig
 .DEFAULT_GOAL := help
 .PHONY: help install system-deps envtest-bins helm-bin zarf-schema zarf-build deploy-check compliance-check \
         crds crds-check lint typecheck test test-unit test-images \
-        test-integration bench demo cluster-up cluster-down clean
+        test-integration bench demo cluster-up cluster-down clean guest-deps guest-image
 
 help: ## show this help
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -56,8 +56,17 @@ deploy-check: install ## fail if deploy/ differs from what the Helm chart render
 compliance-check: install ## fail if compliance/oscal-component.yaml differs from the validations it is built from
 	$(PY) -m uds_vm_operator.compliance.component --check compliance/oscal-component.yaml
 
-test: install system-deps envtest-bins helm-bin zarf-schema lint crds-check deploy-check compliance-check ## install everything, then run every test tier
+test: install system-deps envtest-bins helm-bin zarf-schema guest-image lint crds-check deploy-check compliance-check ## install everything, then run every test tier
 	$(PY) -m pytest -q tests
+
+guest-deps: ## install the Debian packages the guest tier needs (QEMU, mmdebstrap, syslinux, xorriso, cloud-init)
+	@tools/guest/ensure-deps.sh
+
+guest-image: install guest-deps ## build (or reuse) the Debian guest image into .envtest/guest (cached by input hash)
+	@tools/guest/image.sh >/dev/null
+
+test-guest: install envtest-bins guest-image ## guest tier only (boots Debian guests under QEMU)
+	$(PY) -m pytest -q tests/guest
 
 test-unit: install ## unit tier only (fast)
 	$(PY) -m pytest -q tests/unit

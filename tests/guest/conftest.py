@@ -31,7 +31,11 @@ REPORTS_DIR = GUEST_DIR / "reports"
 def guest_image() -> Path:
     """The cached Debian guest image (``make guest-image`` builds it; this reuses it when warm)."""
     done = subprocess.run(
-        [str(_REPO / "tools" / "guest" / "image.sh")], capture_output=True, text=True, timeout=1800, check=False
+        [str(_REPO / "tools" / "guest" / "image.sh")],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
     )
     if done.returncode != 0:
         pytest.fail(f"tools/guest/image.sh failed:\n{done.stderr[-3000:]}", pytrace=False)

@@ -63,8 +63,18 @@ def build_seed(directory: Path, user_data: str, meta_data: str, network_config: 
         (data / "network-config").write_text(network_config)
     iso = directory / "noCloud.iso"
     subprocess.run(
-        ["xorrisofs", "-output", str(iso), "-volid", "cidata", "-joliet", "-rock"]
-        + ["-partition_cyl_align", "on", str(data)],
+        [
+            "xorrisofs",
+            "-output",
+            str(iso),
+            "-volid",
+            "cidata",
+            "-joliet",
+            "-rock",
+            "-partition_cyl_align",
+            "on",
+            str(data),
+        ],
         check=True,
         capture_output=True,
         timeout=60,
@@ -122,7 +132,9 @@ class Guest:
         ]  # fmt: skip
         self.started_at = time.monotonic()
         with (self.workdir / "qemu.log").open("wb") as log:
-            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            self.process = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
 
     def stop(self) -> None:
         """End the QEMU process this guest started (by its PID, via the Popen handle)."""
@@ -172,7 +184,9 @@ class Guest:
             start_new_session=True,
             check=False,
         )
-        return SshResult(done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace"))
+        return SshResult(
+            done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
+        )
 
     def wait_for_login(self, user: str, key: Path) -> float:
         """Poll until ``user`` logs in with ``key`` (bounded); return the wall time since QEMU started."""

@@ -1,4 +1,4 @@
-"""Run INSIDE the booted guest (``sudo python3 -``, stdlib only): what the guest really does, as one JSON object.
+"""Run INSIDE the booted guest (``sudo python3 -``, stdlib only): what the guest does, as one JSON object.
 
 Sent over SSH on stdin by the guest tier; never imported on the host. It waits for cloud-init to finish, then
 reads the effective sshd settings (``sshd -T``), the password state of every account of interest from
@@ -80,13 +80,12 @@ def main():
         }
     timer_active = run("systemctl", "is-active", "apt-daily-upgrade.timer")[1]
     timer_enabled = run("systemctl", "is-enabled", "apt-daily-upgrade.timer")[1]
-    sources = "".join(
-        read(os.path.join(d, f)) or ""
-        for d in ("/etc/apt",)
-        for f in ("sources.list",)
-    )
+    sources = "".join(read(os.path.join(d, f)) or "" for d in ("/etc/apt",) for f in ("sources.list",))
     if os.path.isdir("/etc/apt/sources.list.d"):
-        sources += "".join(read(os.path.join("/etc/apt/sources.list.d", f)) or "" for f in os.listdir("/etc/apt/sources.list.d"))
+        sources += "".join(
+            read(os.path.join("/etc/apt/sources.list.d", f)) or ""
+            for f in os.listdir("/etc/apt/sources.list.d")
+        )
     report = {
         "uptime_s": float((read("/proc/uptime") or "0").split()[0]),
         "hostname": run("hostname")[1],

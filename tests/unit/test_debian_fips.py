@@ -1,4 +1,4 @@
-"""Debian guests cannot enter FIPS mode: ``fips: true`` there is rendered honestly and never reported satisfied."""
+"""Debian guests cannot enter FIPS mode: `fips: true` there is rendered honestly, never reported satisfied."""
 
 from __future__ import annotations
 
