@@ -204,7 +204,9 @@ def _auto_update(
         timer = "apt-daily-upgrade.timer"
         if update.apt_mirror:
             mirror = [{"arches": ["default"], "uri": update.apt_mirror}]
-            top["apt"] = {"primary": mirror, "security": mirror}
+            # Debian's packaged cloud.cfg sets apt.preserve_sources_list: true, which would keep the image's
+            # sources.list and silently ignore the mirror (seen in a booted Debian 12 guest).
+            top["apt"] = {"preserve_sources_list": False, "primary": mirror, "security": mirror}
     else:
         packages = ["dnf-automatic"]
         apply = "yes" if update.enabled else "no"
