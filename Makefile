@@ -9,7 +9,8 @@ KUBECONFIG_OUT := $(ENVTEST_DIR)/kubeconfig
 .DEFAULT_GOAL := help
 .PHONY: help install system-deps envtest-bins helm-bin zarf-schema zarf-build deploy-check compliance-check \
         crds crds-check lint typecheck test test-unit test-images \
-        test-integration test-node bench demo cluster-up cluster-down node-deps node-bins node-up node-down clean
+        test-integration test-node bench demo cluster-up cluster-down node-deps node-bins node-up node-down clean \
+        guest-deps guest-image
 
 help: ## show this help
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -68,8 +69,17 @@ node-up: install node-deps node-bins ## add one real node to the control plane (
 node-down: ## stop the real node and remove everything it made (processes, mounts, veths, bridge, loop devices, iptables)
 	@if [ -x $(PY) ]; then $(PY) tools/node/node.py down --state-dir $(ENVTEST_DIR); fi
 
-test: install system-deps node-deps envtest-bins node-bins helm-bin zarf-schema lint crds-check deploy-check compliance-check ## install everything, then run every test tier
+test: install system-deps node-deps envtest-bins node-bins helm-bin zarf-schema guest-image lint crds-check deploy-check compliance-check ## install everything, then run every test tier
 	$(PY) -m pytest -q tests
+
+guest-deps: ## install the Debian packages the guest tier needs (QEMU, mmdebstrap, syslinux, xorriso, cloud-init)
+	@tools/guest/ensure-deps.sh
+
+guest-image: install guest-deps ## build (or reuse) the Debian guest image into .envtest/guest (cached by input hash)
+	@tools/guest/image.sh >/dev/null
+
+test-guest: install envtest-bins guest-image ## guest tier only (boots Debian guests under QEMU)
+	$(PY) -m pytest -q tests/guest
 
 test-unit: install ## unit tier only (fast)
 	$(PY) -m pytest -q tests/unit
