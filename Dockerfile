@@ -38,7 +38,12 @@ LABEL org.opencontainers.image.title="uds-vm-operator" \
 # shrink the attack surface. The official python images delete every .pyc of the stdlib, and the operator runs
 # as a non-root user with PYTHONDONTWRITEBYTECODE, so without this compileall each start would compile ~190
 # stdlib modules from source again: ~15 MB of bytecode bought once here (bench/operator_startup.py).
-RUN python3 -m pip uninstall -y pip setuptools wheel >/dev/null 2>&1 || true; \
+# regopy (`uds-vmctl compliance validate`) loads libatomic.so.1, which slim bases lack: installed from the
+# base's own apt sources only when missing (the Debian-made test base already has it, so that build is offline).
+RUN if ! ldconfig -p | grep -q 'libatomic\.so\.1 '; then \
+      apt-get update -qq && apt-get install -y -qq --no-install-recommends libatomic1 && rm -rf /var/lib/apt/lists/*; \
+    fi; \
+    python3 -m pip uninstall -y pip setuptools wheel >/dev/null 2>&1 || true; \
     rm -rf /usr/share/python-wheels /usr/local/lib/python3*/ensurepip/_bundled /usr/lib/python3*/ensurepip/_bundled \
  && python3 -m compileall -q -j0 --invalidation-mode unchecked-hash \
       "$(python3 -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')" \

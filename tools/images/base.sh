@@ -18,7 +18,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 
 suite=bookworm
 mirror="http://deb.debian.org/debian"
-python_packages="python3,python3-venv,passwd"
+# libatomic1: regopy (the rego engine of `uds-vmctl compliance`) loads libatomic.so.1 through ctypes.
+python_packages="python3,python3-venv,passwd,libatomic1"
 for tool in buildah mmdebstrap gcc curl; do
   command -v "$tool" >/dev/null || die "$tool is missing: run tools/images/ensure-deps.sh"
 done

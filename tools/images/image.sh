@@ -56,5 +56,6 @@ ref="$(push_pinned "$name" "$reg/uds-vm-operator:$tag")"
 echo "$ref" > "$envtest_dir/operator-image"
 echo "$reg/uds-vm-operator:$tag" > "$envtest_dir/operator-image-tag"
 echo "$archive" > "$envtest_dir/operator-image-archive"
+echo "$name" > "$envtest_dir/operator-image-local"  # the name in the project's buildah storage
 echo "operator image $ref (${SECONDS} s)" >&2
 echo "$ref"
