@@ -103,7 +103,7 @@ cluster-down: ## stop the real node (if any) and the local control plane, by rec
 	@if [ -x $(PY) ]; then $(PY) tools/node/node.py down --with-plane --state-dir $(ENVTEST_DIR); \
 	  $(PY) tools/envtest/controlplane.py down --state-dir $(ENVTEST_DIR); fi
 
-demo: install envtest-bins ## the main job: control plane + CRDs + operator + a sample VM reconciled to Ready
+demo: install system-deps node-deps envtest-bins node-bins helm-bin ## the main job on a real node: operator image + chart, a VM verified by a real verifier pod, policy by packets
 	$(PY) tools/demo.py
 
 clean: cluster-down ## remove the virtualenv and local state (the binary cache in ~/.cache stays)

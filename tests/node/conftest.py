@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from node_cluster import NodeHandle, load_handle
+from node_cluster import NodeHandle, load_handle, push_operator_image
 
 import node as node_launcher
 
@@ -71,3 +71,12 @@ def ns(node: NodeHandle, request: pytest.FixtureRequest) -> Iterator[str]:
         yield name
     finally:
         node.delete_namespace(name)
+
+
+OPERATOR_TAG = "node-test"
+
+
+@pytest.fixture(scope="session")
+def operator_image(node: NodeHandle) -> str:
+    """The operator's image, built in this run and pushed into the node's registry."""
+    return push_operator_image(node.state_dir, OPERATOR_TAG)

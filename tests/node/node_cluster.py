@@ -7,6 +7,7 @@ containerd, wired by the CNI bridge plugin; Services go through kube-proxy; poli
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import subprocess
 import time
@@ -171,6 +172,25 @@ class NodeHandle:
         self.create(volume.persistent_volume(claim=claim), "/api/v1/persistentvolumes")
         self.created_pvs.append(volume.name)
         return volume
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def push_operator_image(state_dir: Path, tag: str) -> str:
+    """`make image` into this node's registry (built from the repo's Dockerfile; cached, so a rebuild with
+    unchanged inputs only pushes); returns REGISTRY/uds-vm-operator:TAG@sha256:..."""
+    env = {**os.environ, "ENVTEST_DIR": str(state_dir), "OPERATOR_IMAGE_TAG": tag}
+    result = subprocess.run(
+        [str(ROOT / "tools/images/image.sh")], capture_output=True, text=True, env=env, check=False
+    )
+    if result.returncode != 0:
+        raise AssertionError(
+            f"the operator image could not be built (tools/images/image.sh): {result.stderr[-3000:]}"
+        )
+    pinned = (state_dir / "operator-image").read_text(encoding="utf-8").strip()
+    tagged = (state_dir / "operator-image-tag").read_text(encoding="utf-8").strip()
+    return f"{tagged}@{pinned.split('@', 1)[1]}"
 
 
 def load_handle(state_dir: Path) -> NodeHandle:
