@@ -80,5 +80,16 @@ cluster-down: ## stop the local control plane (by recorded PIDs only)
 demo: install envtest-bins ## the main job: control plane + CRDs + operator + a sample VM reconciled to Ready
 	$(PY) tools/demo.py
 
+# --- Real CDI on the real node (issue 15; tools/cdi, ADR 0007) ---
+.PHONY: cdi-bins cdi-images cdi-up
+cdi-bins: ## build (or reuse) CDI's binaries from its Go module into ~/.cache/uds-vm-operator
+	@tools/cdi/build.sh >/dev/null
+
+cdi-images: cdi-bins ## build (or reuse) CDI's Debian-based images as OCI archives in ~/.cache/uds-vm-operator
+	@tools/cdi/images.sh >/dev/null
+
+cdi-up: install cdi-images node-up ## install the real CDI (cdi-operator + CDI resource) on the real node; idempotent
+	$(PY) tools/cdi/install.py --state-dir $(ENVTEST_DIR)
+
 clean: cluster-down ## remove the virtualenv and local state (the binary cache in ~/.cache stays)
 	rm -rf $(VENV) $(ENVTEST_DIR) .mypy_cache .ruff_cache .pytest_cache
