@@ -56,7 +56,7 @@ deploy-check: install ## fail if deploy/ differs from what the Helm chart render
 compliance-check: install ## fail if compliance/oscal-component.yaml differs from the validations it is built from
 	$(PY) -m uds_vm_operator.compliance.component --check compliance/oscal-component.yaml
 
-test: install system-deps envtest-bins helm-bin zarf-schema lint crds-check deploy-check compliance-check ## install everything, then run every test tier
+test: install system-deps envtest-bins helm-bin zarf-schema cdi-images lint crds-check deploy-check compliance-check ## install everything, then run every test tier
 	$(PY) -m pytest -q tests
 
 test-unit: install ## unit tier only (fast)
@@ -81,12 +81,15 @@ demo: install envtest-bins ## the main job: control plane + CRDs + operator + a 
 	$(PY) tools/demo.py
 
 # --- Real CDI on the real node (issue 15; tools/cdi, ADR 0007) ---
-.PHONY: cdi-bins cdi-images cdi-up
+.PHONY: cdi-bins cdi-images cdi-up test-cdi-images
 cdi-bins: ## build (or reuse) CDI's binaries from its Go module into ~/.cache/uds-vm-operator
 	@tools/cdi/build.sh >/dev/null
 
 cdi-images: cdi-bins ## build (or reuse) CDI's Debian-based images as OCI archives in ~/.cache/uds-vm-operator
 	@tools/cdi/images.sh >/dev/null
+
+test-cdi-images: install system-deps cdi-images ## CDI's importer run inside our worker images (no cluster)
+	$(PY) -m pytest -q tests/cdi_images
 
 cdi-up: install cdi-images node-up ## install the real CDI (cdi-operator + CDI resource) on the real node; idempotent
 	$(PY) tools/cdi/install.py --state-dir $(ENVTEST_DIR)

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from cdi_support import (
     MIB,
+    bridge_image_server,
     datavolume,
     dv_condition,
     ensure_cdi,
-    image_server,
     landed_bytes,
     make_image,
     offer_volume,
@@ -30,7 +30,10 @@ from node_cluster import NodeHandle, wait_until
 from integration.operator_harness import OperatorProcess
 
 VIRTUAL_SIZE = 16 * MIB
-RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
 VM = "web"
 DV = f"{VM}-dv"
 
@@ -68,7 +71,11 @@ def udsvm(namespace: str, url: str, digest: str) -> dict[str, Any]:
         "metadata": {"name": VM, "namespace": namespace},
         "spec": {
             "source": {"http": {"url": url, "checksum": digest}},
-            "disk": {"virtualSize": VIRTUAL_SIZE, "storageClassName": "udsvm-local", "volumeMode": "Filesystem"},
+            "disk": {
+                "virtualSize": VIRTUAL_SIZE,
+                "storageClassName": "udsvm-local",
+                "volumeMode": "Filesystem",
+            },
         },
     }
 
@@ -80,13 +87,18 @@ def status_of(node: NodeHandle, namespace: str) -> dict[str, Any]:
 
 def import_through_cdi(node: NodeHandle, namespace: str, url: str, digest: str) -> tuple[Any, dict[str, Any]]:
     """Declare the VM, give CDI's claims real volumes, and wait until CDI ends the import either way."""
-    node.api.apply(udsvm(namespace, url, digest), f"/apis/uds.dev/v1alpha1/namespaces/{namespace}/udsvirtualmachines/{VM}")
+    node.api.apply(
+        udsvm(namespace, url, digest),
+        f"/apis/uds.dev/v1alpha1/namespaces/{namespace}/udsvirtualmachines/{VM}",
+    )
     target = offer_volume(node, namespace, DV)
     scratch_offered = False
 
     def finished() -> dict[str, Any] | None:
         nonlocal scratch_offered
-        if not scratch_offered and node.api.get(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{DV}-scratch"):
+        if not scratch_offered and node.api.get(
+            f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{DV}-scratch"
+        ):
             offer_volume(node, namespace, f"{DV}-scratch")
             scratch_offered = True
         dv = datavolume(node, namespace, DV) or {}
@@ -101,13 +113,17 @@ def test_cdi_imports_the_image_checks_its_digest_and_the_operator_reports_it(
 ) -> None:
     image = make_image(tmp_path / "srv", fmt, VIRTUAL_SIZE)
     digest = "sha256:" + image.served_sha256
-    with image_server(tmp_path / "srv") as (base, requests):
+    with bridge_image_server(tmp_path / "srv") as (base, requests):
         target, dv = import_through_cdi(cdi, restricted_ns, f"{base}/{image.path.name}", digest)
     assert dv["spec"]["source"]["http"]["checksum"] == digest, "the operator handed the digest to CDI"
     assert dv["status"]["phase"] == "Succeeded", dv["status"]
-    assert any(f"GET /{image.path.name}" in line for line in requests), "CDI's importer fetched from our server"
+    assert any(f"GET /{image.path.name}" in line for line in requests), (
+        "CDI's importer fetched from our server"
+    )
     assert landed_bytes(target, VIRTUAL_SIZE) == image.raw, "the raw disk CDI wrote is the image's content"
-    status = wait_until("checksumVerified", lambda: (s := status_of(cdi, restricted_ns)).get("checksumVerified") and s, 90)
+    status = wait_until(
+        "checksumVerified", lambda: (s := status_of(cdi, restricted_ns)).get("checksumVerified") and s, 90
+    )
     assert status["verifiedBy"] == "cdi-http-checksum" and status["verifiedDigest"] == digest
 
 
@@ -120,12 +136,14 @@ def test_a_tampered_image_fails_cdis_own_check_and_the_vm_stays_off(
     data[len(data) // 2] ^= 0x01  # one bit, after the digest was published
     image.path.write_bytes(bytes(data))
     assert hashlib.sha256(data).hexdigest() != image.served_sha256
-    with image_server(tmp_path / "srv") as (base, _):
+    with bridge_image_server(tmp_path / "srv") as (base, _):
         target, dv = import_through_cdi(cdi, restricted_ns, f"{base}/{image.path.name}", declared)
     assert dv["status"]["phase"] == "Failed", dv["status"]
     running = dv_condition(dv, "Running")
     assert "checksum mismatch" in running.get("message", ""), running
-    status = wait_until("Failed", lambda: (s := status_of(cdi, restricted_ns)).get("phase") == "Failed" and s, 90)
+    status = wait_until(
+        "Failed", lambda: (s := status_of(cdi, restricted_ns)).get("phase") == "Failed" and s, 90
+    )
     assert status["checksumVerified"] is False and not status.get("verifiedBy")
     assert "checksum" in status.get("message", "").lower(), status
     vm = cdi.api.get(f"/apis/kubevirt.io/v1/namespaces/{restricted_ns}/virtualmachines/{VM}") or {}
