@@ -14,12 +14,14 @@ import json
 import os
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from cdi_images.disk_images import MIB, image_server, make_image
+from cdi_images.disk_images import MIB, DiskImage, image_server, make_image
+from uds_vm_operator.sizing import pvc_mib
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSION = next(
@@ -83,11 +85,25 @@ class ImporterRun:
     disk: Path
 
 
-def run_importer(container: str, workdir: Path, url: str, checksum: str) -> ImporterRun:
-    """CDI's importer as its pod runs it: env, /data and /scratch, UID 107, a termination-log file."""
-    data, scratch, termination = workdir / "data", workdir / "scratch", workdir / "termination-log"
+def run_importer(
+    container: str,
+    workdir: Path,
+    url: str,
+    checksum: str,
+    *,
+    image_size: int = VIRTUAL_SIZE,
+    data: Path | None = None,
+) -> ImporterRun:
+    """CDI's importer as its pod runs it: env, /data and /scratch, UID 107, a termination-log file.
+
+    image_size is IMPORTER_IMAGE_SIZE, which CDI's controller sets to the claim's requested size; `data`
+    is the target volume's mount (a folder under workdir when not given).
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    scratch, termination = workdir / "scratch", workdir / "termination-log"
+    data = data or workdir / "data"
     for folder in (data, scratch):
-        folder.mkdir(parents=True)
+        folder.mkdir(parents=True, exist_ok=True)
         os.chown(folder, QEMU_UID, QEMU_UID)
     termination.touch()
     os.chown(termination, QEMU_UID, QEMU_UID)
@@ -95,7 +111,7 @@ def run_importer(container: str, workdir: Path, url: str, checksum: str) -> Impo
         "IMPORTER_SOURCE": "http",
         "IMPORTER_ENDPOINT": url,
         "IMPORTER_CONTENTTYPE": "kubevirt",
-        "IMPORTER_IMAGE_SIZE": str(VIRTUAL_SIZE),
+        "IMPORTER_IMAGE_SIZE": str(image_size),
         "IMPORTER_CHECKSUM": checksum,
         "OWNER_UID": "test-owner",
         "FILESYSTEM_OVERHEAD": "0.06",
@@ -197,3 +213,79 @@ def test_the_cloner_entry_point_refuses_to_run_without_the_controllers_env(image
         assert result.returncode != 0 and "VOLUME_MODE" in result.stderr
     finally:
         buildah("rm", container, check=False)
+
+
+# ---------------------------------------------------------------------------------------------- sizing
+
+
+@contextmanager
+def real_volume(workdir: Path, size_bytes: int, filesystem: str) -> Iterator[Path]:
+    """A filesystem of exactly `size_bytes` on a loop device (as a local PV of that capacity would be)."""
+    backing, mount = workdir / f"{filesystem}.img", workdir / f"{filesystem}-mnt"
+    with open(backing, "wb") as handle:
+        handle.truncate(size_bytes)
+    device = subprocess.run(
+        ["losetup", "--find", "--show", str(backing)], capture_output=True, text=True, check=True
+    )
+    loop = device.stdout.strip()
+    try:
+        mkfs = ["mkfs.ext4", "-q", "-F", "-m", "0"] if filesystem == "ext4" else ["mkfs.xfs", "-q", "-f"]
+        subprocess.run([*mkfs, loop], check=True, capture_output=True)
+        mount.mkdir()
+        subprocess.run(["mount", loop, str(mount)], check=True)
+        try:
+            yield mount
+        finally:
+            subprocess.run(["umount", str(mount)], check=True)
+    finally:
+        subprocess.run(["losetup", "--detach", loop], check=True)
+
+
+def import_into(
+    container: str, workdir: Path, volume: Path, image: DiskImage, url: str, *, pvc_bytes: int
+) -> ImporterRun:
+    """The importer with /data on `volume` and IMPORTER_IMAGE_SIZE = the claim's request, as CDI runs it."""
+    return run_importer(
+        container, workdir, url, "sha256:" + image.served_sha256, image_size=pvc_bytes, data=volume
+    )
+
+
+SIZES = [320 * MIB, 1024 * MIB]
+
+
+# Measured (CDI v1.65.0, these images, `mkfs.ext4 -m0` / `mkfs.xfs` as the node tier formats PVs): CDI's
+# importer requires the filesystem's *free* space to hold the whole virtual size, and SPEC §4's 6 % does
+# not cover ext4's or xfs's own metadata: 320 MiB -> a 340 MiB PV has 304 MiB free on ext4, 256 MiB on xfs
+# (its log); 1 GiB -> 1086 MiB has 1018 MiB (ext4) / 982 MiB (xfs). ~12 % (ext4) and ~10 % + 64 MiB (xfs)
+# were enough. Strict: this fails loudly (XPASS) once src/uds_vm_operator/sizing.py is fixed.
+@pytest.mark.xfail(strict=True, reason="SPEC §4 sizing (6 %) is too small on real ext4/xfs: issue 15 item 5")
+@pytest.mark.parametrize("filesystem", ["ext4", "xfs"])
+@pytest.mark.parametrize("virtual_size", SIZES, ids=[f"{s // MIB}MiB" for s in SIZES])
+def test_a_pvc_sized_by_spec_4_holds_the_import_on_a_real_filesystem(
+    importer: str, tmp_path: Path, filesystem: str, virtual_size: int
+) -> None:
+    pvc_bytes = pvc_mib(virtual_size) * MIB
+    image = make_image(tmp_path / "srv", "qcow2", virtual_size)
+    with (
+        image_server(tmp_path / "srv", "127.0.0.1") as (base, _),
+        real_volume(tmp_path, pvc_bytes, filesystem) as volume,
+    ):
+        url = f"{base}/{image.path.name}"
+        run = import_into(importer, tmp_path / "run", volume, image, url, pvc_bytes=pvc_bytes)
+        assert run.code == 0 and "Import Complete" in run.message, (run.message, run.log[-2500:])
+        with open(volume / "disk.img", "rb") as handle:
+            assert hashlib.sha256(handle.read(virtual_size)).hexdigest() == image.raw_sha256
+
+
+@pytest.mark.parametrize("filesystem", ["ext4", "xfs"])
+def test_a_one_to_one_pvc_fails_the_way_users_report(importer: str, tmp_path: Path, filesystem: str) -> None:
+    virtual_size = SIZES[0]
+    image = make_image(tmp_path / "srv", "qcow2", virtual_size)
+    with (
+        image_server(tmp_path / "srv", "127.0.0.1") as (base, _),
+        real_volume(tmp_path, virtual_size, filesystem) as volume,
+    ):
+        url = f"{base}/{image.path.name}"
+        run = import_into(importer, tmp_path / "run", volume, image, url, pvc_bytes=virtual_size)
+    assert run.code != 0
+    assert "A larger PVC is required" in run.message, (run.message, run.log[-2500:])
