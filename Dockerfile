@@ -1,33 +1,52 @@
 # syntax=docker/dockerfile:1
-# uds-vm-operator image: multi-stage, non-root, no build tools in the final stage.
-# Pin the base by digest for releases (replace the placeholder digests with the ones your registry mirror
-# serves: `docker buildx imagetools inspect python:3.11-slim-bookworm`); Zarf ships whatever this builds.
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:0000000000000000000000000000000000000000000000000000000000000000
+# uds-vm-operator image: multi-stage, non-root, no build tools (no pip, no setuptools) in the final stage.
+# PYTHON_IMAGE defaults to the public Python image, so `docker build .` / `buildah bud .` work on any connected
+# machine; sites pin it by digest (`--build-arg PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:...`, from
+# `skopeo inspect` or `docker buildx imagetools inspect` against their mirror). The tests build FROM a base made
+# from Debian's packages (tools/images/base.sh): any image with python3 >= 3.11, venv and groupadd/useradd works.
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
+# Every dependency is hash-locked (requirements*.lock, checked against pyproject.toml by `make lock-check`).
+# wheelhouse/ holds the locked wheels when `make image` builds (offline); empty, pip takes the same hashed
+# files from the index. Wheels only: no compiler, no sdist runs code at build time.
+COPY requirements.lock requirements-build.lock ./
+COPY wheelhouse/ /wheels/
+RUN set -eu; \
+    if ls /wheels/*.whl >/dev/null 2>&1; then from="--no-index --find-links /wheels"; else from=""; fi; \
+    python3 -m venv /opt/build; \
+    /opt/build/bin/pip install --quiet $from --require-hashes --no-deps --only-binary=:all: -r requirements-build.lock; \
+    python3 -m venv --without-pip /opt/venv; \
+    /opt/build/bin/pip --python /opt/venv/bin/python install --quiet $from --require-hashes --no-deps \
+      --only-binary=:all: --no-compile -r requirements.lock
 COPY pyproject.toml README.md ./
 COPY src ./src
-# Wheels only (kopf, lightkube, pydantic, regopy, zstandard ship manylinux wheels): no compiler needed.
-# --no-compile, then one compileall over the whole venv: site-packages *and* this package get bytecode, so
-# no start of the operator compiles anything. unchecked-hash: the image never changes, so a .pyc need not be
-# checked against its source's mtime (which a builder that rewrites timestamps would otherwise invalidate).
-RUN python -m venv /opt/venv \
- && /opt/venv/bin/pip install --only-binary=:all: --no-compile . \
+# The package itself, built by the locked setuptools (no build isolation: nothing fetched), installed without
+# deps (all locked above). Then one compileall over the whole venv: no start of the operator compiles anything.
+# unchecked-hash: the image never changes, so a .pyc need not be checked against its source's mtime.
+RUN /opt/build/bin/pip wheel --quiet --no-deps --no-build-isolation --no-index -w /tmp/dist . \
+ && /opt/build/bin/pip --python /opt/venv/bin/python install --quiet --no-deps --no-index --no-compile /tmp/dist/*.whl \
  && /opt/venv/bin/python -m compileall -q -j0 --invalidation-mode unchecked-hash /opt/venv/lib
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="uds-vm-operator" \
       org.opencontainers.image.description="Hardened, digest-verified VMs on KubeVirt + CDI" \
       org.opencontainers.image.licenses="Apache-2.0"
-# pip/setuptools are not needed at run time: remove them from the base to shrink the attack surface.
-# The official python images delete every .pyc of the stdlib, and the operator runs as a non-root user with
-# PYTHONDONTWRITEBYTECODE, so without this compileall each start would compile ~190 stdlib modules (asyncio,
-# ssl, email, json, ...) from source again: ~15 MB of bytecode bought once here (bench/operator_startup.py).
-RUN python -m pip uninstall -y pip setuptools wheel >/dev/null 2>&1 || true \
- && python -m compileall -q -j0 --invalidation-mode unchecked-hash \
-      "$(python -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')" \
+# pip/setuptools (and the wheels ensurepip would install them from) are not needed at run time: removed to
+# shrink the attack surface. The official python images delete every .pyc of the stdlib, and the operator runs
+# as a non-root user with PYTHONDONTWRITEBYTECODE, so without this compileall each start would compile ~190
+# stdlib modules from source again: ~15 MB of bytecode bought once here (bench/operator_startup.py).
+# regopy (`uds-vmctl compliance validate`) loads libatomic.so.1, which slim bases lack: installed from the
+# base's own apt sources only when missing (the Debian-made test base already has it, so that build is offline).
+RUN if ! ldconfig -p | grep -q 'libatomic\.so\.1 '; then \
+      apt-get update -qq && apt-get install -y -qq --no-install-recommends libatomic1 && rm -rf /var/lib/apt/lists/*; \
+    fi; \
+    python3 -m pip uninstall -y pip setuptools wheel >/dev/null 2>&1 || true; \
+    rm -rf /usr/share/python-wheels /usr/local/lib/python3*/ensurepip/_bundled /usr/lib/python3*/ensurepip/_bundled \
+ && python3 -m compileall -q -j0 --invalidation-mode unchecked-hash \
+      "$(python3 -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')" \
  && groupadd --gid 65532 nonroot && useradd --uid 65532 --gid 65532 --no-create-home --shell /usr/sbin/nologin nonroot
 COPY --from=build /opt/venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1

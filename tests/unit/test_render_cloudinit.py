@@ -98,6 +98,7 @@ def test_ubuntu_auto_updates_with_mirror_schedule_and_reboot_window() -> None:
         in written["/etc/systemd/system/apt-daily-upgrade.timer.d/50-uds-schedule.conf"]
     )
     assert doc["apt"]["primary"][0]["uri"] == "https://apt.local/ubuntu"
+    assert doc["apt"]["preserve_sources_list"] is False  # else Debian's cloud.cfg keeps the image's sources
     assert "unattended-upgrades" in doc["packages"]
 
 

@@ -449,7 +449,11 @@ class AutoUpdate(ApiModel):
 class CloudInit(ApiModel):
     """Linux guest configuration; the operator's hardening is applied on top and always wins."""
 
-    flavor: Literal["ubuntu", "rhel"] = "ubuntu"
+    flavor: Literal["ubuntu", "rhel", "debian"] = Field(
+        default="ubuntu",
+        description="Guest family: ubuntu and debian (apt, unattended-upgrades), rhel (dnf-automatic). "
+        "FIPS mode can be enabled on ubuntu (Ubuntu Pro) and rhel only; debian has no FIPS mode.",
+    )
     ssh_authorized_keys: Annotated[list[SshKey], Field(max_length=32)] = Field(default_factory=list)
     users: Annotated[list[GuestUser], Field(max_length=16)] = Field(default_factory=list)
     packages: Annotated[

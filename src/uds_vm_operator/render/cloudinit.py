@@ -32,6 +32,12 @@ MAX_USERDATA_BYTES = 64 * 1024
 SSHD_DROPIN_PATH = "/etc/ssh/sshd_config.d/00-uds-hardening.conf"
 AUDIT_RULES_PATH = "/etc/audit/rules.d/50-uds-baseline.rules"
 FIPS_REBOOT_MARKER = "/run/uds-fips-reboot-required"
+APT_FLAVORS = frozenset({"ubuntu", "debian"})
+"""Flavours that use apt, ``auditd``, the ``ssh`` unit and unattended-upgrades."""
+FIPS_CAPABLE_FLAVORS = frozenset({"ubuntu", "rhel"})
+"""Flavours whose guests can enter FIPS mode (Ubuntu Pro fips-updates, RHEL fips-mode-setup). Debian ships no
+FIPS-validated module: ``fips: true`` there only narrows sshd to approved algorithms and is never reported
+as FIPS mode (SC-13 names the VM as a violation)."""
 
 _SSHD_BASE = (
     "PasswordAuthentication no",
@@ -171,7 +177,7 @@ def _auto_update(
     top: dict[str, Any] = {}
     files: list[dict[str, Any]] = []
     commands: list[str] = []
-    if flavor == "ubuntu":
+    if flavor in APT_FLAVORS:
         packages = ["unattended-upgrades"]
         enabled = "1" if update.enabled else "0"
         files.append(
@@ -198,7 +204,9 @@ def _auto_update(
         timer = "apt-daily-upgrade.timer"
         if update.apt_mirror:
             mirror = [{"arches": ["default"], "uri": update.apt_mirror}]
-            top["apt"] = {"primary": mirror, "security": mirror}
+            # Debian's packaged cloud.cfg sets apt.preserve_sources_list: true, which would keep the image's
+            # sources.list and silently ignore the mirror (seen in a booted Debian 12 guest).
+            top["apt"] = {"preserve_sources_list": False, "primary": mirror, "security": mirror}
     else:
         packages = ["dnf-automatic"]
         apply = "yes" if update.enabled else "no"
@@ -243,8 +251,9 @@ def _auto_update(
 def hardening_document(owner: Owner, cloud_init: CloudInit) -> dict[str, Any]:
     """The operator's cloud-config baseline for the flavour (before any user data is merged under it)."""
     ubuntu = cloud_init.flavor == "ubuntu"
+    apt = cloud_init.flavor in APT_FLAVORS
     sshd_lines = list(_SSHD_BASE) + (list(_SSHD_FIPS) if cloud_init.fips else [])
-    packages = ["auditd" if ubuntu else "audit"]
+    packages = ["auditd" if apt else "audit"]
     files: list[dict[str, Any]] = [
         {
             "path": SSHD_DROPIN_PATH,
@@ -265,7 +274,7 @@ def hardening_document(owner: Owner, cloud_init: CloudInit) -> dict[str, Any]:
         "passwd --lock root",
         "systemctl enable --now auditd",
         "augenrules --load",
-        f"systemctl restart {'ssh' if ubuntu else 'sshd'}",
+        f"systemctl restart {'ssh' if apt else 'sshd'}",
     ]
     document: dict[str, Any] = {
         "hostname": owner.name,
@@ -276,7 +285,7 @@ def hardening_document(owner: Owner, cloud_init: CloudInit) -> dict[str, Any]:
     }
     if cloud_init.ssh_authorized_keys:
         document["ssh_authorized_keys"] = list(cloud_init.ssh_authorized_keys)
-    if cloud_init.fips:
+    if cloud_init.fips and cloud_init.flavor in FIPS_CAPABLE_FLAVORS:
         if ubuntu:
             # Ubuntu Pro FIPS (22.04+: fips-updates). An air gap needs a local Pro setup; a token may be
             # supplied through userData (ubuntu_pro.token) and survives the merge.

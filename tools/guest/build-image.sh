@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Build (or reuse) the Debian bookworm guest image the guest tier boots: a whole disk (MBR + syslinux on a small
+# FAT partition + ext4 root) that starts under a plain `qemu-system-x86_64 -drive file=...,if=virtio`.
+# Made from Debian packages only (mmdebstrap minbase + what cloud-init, sshd and the hardening need), without
+# loop devices or mounts: mkfs.ext4 -d / mkfs.vfat -F 16 --offset write straight into the disk file.
+# Cached in ~/.cache/uds-vm-operator/guest-<hash of this script + the pins>; quick when warm (stamp file).
+# Prints the cache directory on stdout.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+# shellcheck disable=SC1091
+source "$repo/versions.env"
+suite="${GUEST_DEBIAN_SUITE:?GUEST_DEBIAN_SUITE missing from versions.env}"
+# The Debian archive this machine's apt already uses (no host is named in the project): GUEST_DEBIAN_MIRROR overrides.
+host_debian_uri() {
+  awk '/^URIs:/ && !found {print $2; found=1}' /etc/apt/sources.list.d/debian.sources 2>/dev/null
+  [ -f /etc/apt/sources.list ] && awk '$1 == "deb" && $2 ~ /^http/ && !found {print $2; found=1}' /etc/apt/sources.list
+}
+mirror="${GUEST_DEBIAN_MIRROR:-$(host_debian_uri | head -1)}"
+[ -n "$mirror" ] || { echo "error: no Debian archive in /etc/apt/sources.list*; set GUEST_DEBIAN_MIRROR" >&2; exit 1; }
+packages=(
+  linux-image-cloud-amd64 initramfs-tools systemd-sysv udev dbus
+  cloud-init openssh-server unattended-upgrades qemu-guest-agent
+  sudo auditd ifupdown isc-dhcp-client iproute2 procps
+)
+key="$( { cat "$0"; echo "$suite $mirror ${packages[*]}"; } | sha256sum | cut -c1-16)"
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/uds-vm-operator/guest-$key"
+stamp="$cache/.built"
+if [ -f "$stamp" ]; then echo "$cache"; exit 0; fi
+for tool in mmdebstrap sfdisk mkfs.vfat mcopy syslinux mkfs.ext4 qemu-img; do
+  command -v "$tool" >/dev/null || { echo "error: $tool missing; run tools/guest/ensure-deps.sh" >&2; exit 1; }
+done
+[ "$(id -u)" -eq 0 ] || { echo "error: building the guest image needs root (mmdebstrap --mode=root)" >&2; exit 1; }
+work="$(mktemp -d "${TMPDIR:-/tmp}/uds-guest-build.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+# The root tree (the slow, downloading part) is kept until the disk is assembled, so a failed assembly
+# step does not pay for mmdebstrap again.
+root_key="$( { sed -n '/^# rootfs-begin/,/^# rootfs-end/p' "$0"; echo "$suite $mirror ${packages[*]}"; } | sha256sum | cut -c1-16)"
+root="${XDG_CACHE_HOME:-$HOME/.cache}/uds-vm-operator/guest-rootfs-$root_key"
+echo "building the guest image ($suite, ${#packages[@]} packages) into $cache" >&2
+# rootfs-begin
+if [ ! -f "$root.done" ]; then
+rm -rf "$root"
+# The hooks run after the packages are in: keep the first boot of every copy unique (no machine-id, no sshd
+# host keys), let cloud-init look only at NoCloud, and make a small initramfs that carries what virtio needs.
+mmdebstrap --mode=root --variant=minbase --quiet \
+  --include="$(IFS=,; echo "${packages[*]}")" \
+  --essential-hook='mkdir -p "$1/etc/initramfs-tools/conf.d" && printf "MODULES=list\nCOMPRESS=gzip\n" > "$1/etc/initramfs-tools/conf.d/uds-guest.conf"' \
+  --customize-hook='printf "virtio_pci\nvirtio_blk\nvirtio_net\next4\n" >> "$1/etc/initramfs-tools/modules"' \
+  --customize-hook='chroot "$1" update-initramfs -u -k all >/dev/null' \
+  --customize-hook='printf "/dev/vda2 / ext4 errors=remount-ro 0 1\n" > "$1/etc/fstab"' \
+  --customize-hook='printf "auto lo\niface lo inet loopback\nsource /etc/network/interfaces.d/*\n" > "$1/etc/network/interfaces"' \
+  --customize-hook='printf "datasource_list: [ NoCloud, None ]\n" > "$1/etc/cloud/cloud.cfg.d/90-uds-datasource.cfg"' \
+  --customize-hook='rm -f "$1"/etc/ssh/ssh_host_* && : > "$1/etc/machine-id" && rm -f "$1/var/lib/dbus/machine-id"' \
+  --customize-hook='echo debian > "$1/etc/hostname" && rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' \
+  "$suite" "$root" "deb $mirror $suite main" "deb $mirror $suite-updates main" >&2
+touch "$root.done"
+fi
+# rootfs-end
+# Settings that do not need packages go in here (outside the rootfs key): the minbase image carries no
+# en_US locale, so cloud-init's default `locale` would fail; C.UTF-8 is built into libc.
+printf "locale: C.UTF-8\n" > "$root/etc/cloud/cloud.cfg.d/91-uds-locale.cfg"
+
+kernel="$(ls "$root"/boot/vmlinuz-* | sort -V | tail -1)"
+initrd="$(ls "$root"/boot/initrd.img-* | sort -V | tail -1)"
+disk="$work/debian-12.raw"
+mib=$((1024 * 1024))
+boot_start=1 boot_mib=64 disk_mib=2048
+root_start=$((boot_start + boot_mib))
+truncate -s "${disk_mib}M" "$disk"
+sfdisk --quiet "$disk" <<PARTS
+label: dos
+start=$((boot_start * 2048)), size=$((boot_mib * 2048)), type=c, bootable
+start=$((root_start * 2048)), type=83
+PARTS
+dd if=/usr/lib/syslinux/mbr/mbr.bin of="$disk" bs=440 count=1 conv=notrunc status=none
+mkfs.vfat -F 16 --offset $((boot_start * 2048)) -h $((boot_start * 2048)) -n UDSBOOT "$disk" $((boot_mib * 1024)) >/dev/null
+cat > "$work/syslinux.cfg" <<CFG
+SERIAL 0 115200
+DEFAULT debian
+PROMPT 0
+TIMEOUT 0
+LABEL debian
+  KERNEL /vmlinuz
+  INITRD /initrd.img
+  APPEND root=/dev/vda2 ro console=ttyS0,115200 net.ifnames=0
+CFG
+export MTOOLS_SKIP_CHECK=1
+fat="$disk@@$((boot_start * mib))"
+mcopy -i "$fat" "$kernel" ::/vmlinuz
+mcopy -i "$fat" "$initrd" ::/initrd.img
+mcopy -i "$fat" "$work/syslinux.cfg" ::/syslinux.cfg
+syslinux --offset $((boot_start * mib)) --install "$disk"
+mkfs.ext4 -q -F -L udsroot -d "$root" -E offset=$((root_start * mib)) "$disk" "$(( (disk_mib - root_start) * 1024 ))k"
+
+mkdir -p "$cache.partial"
+qemu-img convert -O qcow2 "$disk" "$cache.partial/debian-12.qcow2"
+mv "$disk" "$cache.partial/debian-12.raw"
+rm -rf "$cache" && mv "$cache.partial" "$cache"
+touch "$stamp"
+rm -rf "$root" "$root.done"
+echo "$cache"
