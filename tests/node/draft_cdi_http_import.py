@@ -1,4 +1,6 @@
-"""Issue 15 item 3: HTTP import for real. The operator renders the DataVolume, CDI's webhooks admit it, CDI's
+"""DRAFT, not collected yet: never run against the real node (rename to test_cdi_http_import.py then).
+
+Issue 15 item 3: HTTP import for real. The operator renders the DataVolume, CDI's webhooks admit it, CDI's
 importer pod downloads the image from a server on the node's bridge, checks `spec.source.http.checksum`
 itself and converts the image; the operator reports `verifiedBy: cdi-http-checksum` only after that.
 
