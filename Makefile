@@ -69,7 +69,7 @@ node-up: install node-deps node-bins ## add one real node to the control plane (
 node-down: ## stop the real node and remove everything it made (processes, mounts, veths, bridge, loop devices, iptables)
 	@if [ -x $(PY) ]; then $(PY) tools/node/node.py down --state-dir $(ENVTEST_DIR); fi
 
-test: install system-deps node-deps envtest-bins node-bins helm-bin zarf-schema guest-image lint crds-check deploy-check compliance-check ## install everything, then run every test tier
+test: install system-deps node-deps envtest-bins node-bins helm-bin zarf-schema guest-image cdi-images lint crds-check deploy-check compliance-check ## install everything, then run every test tier
 	$(PY) -m pytest -q tests
 
 guest-deps: ## install the Debian packages the guest tier needs (QEMU, mmdebstrap, syslinux, xorriso, cloud-init)
@@ -105,6 +105,20 @@ cluster-down: ## stop the real node (if any) and the local control plane, by rec
 
 demo: install system-deps node-deps envtest-bins node-bins helm-bin ## the main job on a real node: operator image + chart, a VM verified by a real verifier pod, policy by packets
 	$(PY) tools/demo.py
+
+# --- Real CDI on the real node (issue 15; tools/cdi, ADR 0007) ---
+.PHONY: cdi-bins cdi-images cdi-up test-cdi-images
+cdi-bins: ## build (or reuse) CDI's binaries from its Go module into ~/.cache/uds-vm-operator
+	@tools/cdi/build.sh >/dev/null
+
+cdi-images: cdi-bins ## build (or reuse) CDI's Debian-based images as OCI archives in ~/.cache/uds-vm-operator
+	@tools/cdi/images.sh >/dev/null
+
+test-cdi-images: install system-deps cdi-images ## CDI's importer run inside our worker images (no cluster)
+	$(PY) -m pytest -q tests/cdi_images
+
+cdi-up: install cdi-images node-up ## install the real CDI (cdi-operator + CDI resource) on the real node; idempotent
+	$(PY) tools/cdi/install.py --state-dir $(ENVTEST_DIR)
 
 clean: cluster-down ## remove the virtualenv and local state (the binary cache in ~/.cache stays)
 	rm -rf $(VENV) $(ENVTEST_DIR) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,100 @@
+"""Helpers of the real-CDI tests: disk images made in the test, an HTTP server the importer pods can reach,
+and real volumes handed to the claims CDI creates.
+
+Nothing here plays CDI. CDI's controller creates the claims (the target, and the scratch claim its HTTP
+importer needs), the importer pod downloads, checks the checksum and converts; the tests only offer each
+claim a static local PV of exactly the size that claim asks for, as a provisioner would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from node_cluster import NodeHandle, wait_until
+
+from cdi_images.disk_images import MIB, DiskImage, image_server, make_image
+
+__all__ = ["MIB", "DiskImage", "bridge_image_server", "make_image"]
+
+ROOT = Path(__file__).resolve().parents[2]
+NODE_ADDRESS = "10.244.0.1"  # the node's bridge address: importer pods reach it, not the host's loopback
+CDI_API = "/apis/cdi.kubevirt.io/v1beta1"
+
+
+def ensure_cdi(node: NodeHandle) -> None:
+    """`make cdi-up` for this node (idempotent): CDI's images pushed, cdi-operator and a CDI resource."""
+    subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "cdi" / "install.py"), "--state-dir", str(node.state_dir)],
+        check=True,
+    )
+
+
+@contextmanager
+def bridge_image_server(folder: Path) -> Iterator[tuple[str, list[str]]]:
+    """The image server on the node's bridge address, where CDI's importer pods can reach it."""
+    with image_server(folder, NODE_ADDRESS) as served:
+        yield served
+
+
+# ------------------------------------------------------------------------------------------------ volumes
+
+
+def claim_request(pvc: dict[str, Any]) -> int:
+    """The byte count a claim asks for (CDI writes plain integers or binary suffixes)."""
+    text = str(pvc["spec"]["resources"]["requests"]["storage"])
+    units = {"Ki": 1024, "Mi": MIB, "Gi": 1024 * MIB, "Ti": 1024 * 1024 * MIB}
+    for suffix, factor in units.items():
+        if text.endswith(suffix):
+            return int(text[: -len(suffix)]) * factor
+    return int(text)
+
+
+def offer_volume(
+    node: NodeHandle, namespace: str, claim: str, filesystem: str = "ext4", timeout_s: float = 120.0
+) -> Any:
+    """Wait for CDI's claim `claim`, then give it a real volume of exactly the size it requests."""
+    pvc = wait_until(
+        f"PVC {namespace}/{claim}",
+        lambda: node.api.get(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{claim}"),
+        timeout_s,
+    )
+    mode = pvc["spec"].get("volumeMode") or "Filesystem"
+    return node.volume(claim_request(pvc), mode, filesystem, claim=(namespace, claim))  # type: ignore[arg-type]
+
+
+def landed_bytes(volume: Any, length: int) -> bytes:
+    """The first `length` bytes of the disk CDI wrote (disk.img on Filesystem, the device on Block)."""
+    source = Path(volume.mount_point) / "disk.img" if volume.mount_point else Path(volume.device)
+    with open(source, "rb") as handle:
+        return handle.read(length)
+
+
+def datavolume(node: NodeHandle, namespace: str, name: str) -> dict[str, Any] | None:
+    return node.api.get(f"{CDI_API}/namespaces/{namespace}/datavolumes/{name}")
+
+
+def dv_condition(dv: dict[str, Any], kind: str) -> dict[str, Any]:
+    for condition in (dv.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind:
+            return dict(condition)
+    return {}
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(MIB), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def disk_size_on(volume: Any) -> int:
+    """How large CDI left disk.img (it grows the image to the space it may use on Filesystem volumes)."""
+    return os.path.getsize(Path(volume.mount_point) / "disk.img")

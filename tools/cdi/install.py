@@ -1,0 +1,175 @@
+"""Install the real CDI on the real node the way sites do: cdi-operator plus a `CDI` resource (ADR 0007).
+
+Steps, each idempotent so `make cdi-up` can run again on a live cluster:
+1. build (or reuse) CDI's binaries and images, and push the images into the node's loopback registry;
+2. render cdi-operator's own resources with CDI's manifest-generator (our image references) and apply them
+   server-side, in the `cdi` namespace;
+3. apply the `CDI` resource whose `spec.config` is what the tests rely on (filesystem overhead, pull policy);
+4. wait, bounded, until the operator reports the `CDI` resource `Deployed` and the three Deployments it
+   created (controller, apiserver, uploadproxy) are available.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from lightkube import ApiError, Client, KubeConfig, codecs
+from lightkube.generic_resource import create_global_resource
+from lightkube.resources.apps_v1 import Deployment
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(ROOT / "tools" / "envtest"))
+
+from pinned_versions import read_versions_env  # noqa: E402
+
+NAMESPACE = "cdi"
+FIELD_MANAGER = "uds-vm-operator-cdi-up"
+# The share of a Filesystem volume CDI keeps free; SPEC §4's sizing assumes CDI's default of 6 %.
+FILESYSTEM_OVERHEAD = "0.06"
+# The node tier's static local PVs (tools/node); CDI's scratch claims (HTTP imports) ask for this class too.
+SCRATCH_STORAGE_CLASS = "udsvm-local"
+COMPONENTS = ("cdi-deployment", "cdi-apiserver", "cdi-uploadproxy")
+CDI_KIND = create_global_resource("cdi.kubevirt.io", "v1beta1", "CDI", "cdis")
+
+
+def image_refs(registry: str, version: str) -> dict[str, str]:
+    """The image reference of every CDI component, as the node's containerd pulls it from our registry."""
+    names = ("operator", "controller", "apiserver", "uploadproxy", "importer", "uploadserver", "cloner")
+    return {name: f"{registry}/uds-vm-operator/cdi-{name}:{version}" for name in names}
+
+
+def generator_argv(generator: Path, registry: str, version: str) -> list[str]:
+    """Arguments for CDI's manifest-generator: the operator's CRD, RBAC and Deployment with our images.
+
+    CDI insists on an oVirt populator image; no oVirt import runs here, so it gets the importer's image.
+    """
+    refs = image_refs(registry, version)
+    return [
+        str(generator),
+        "--resource-type=operator",
+        "--resource-group=everything",
+        f"--namespace={NAMESPACE}",
+        f"--operator-version={version}",
+        "--deploy-cluster-resources=true",
+        "--pull-policy=IfNotPresent",
+        "--verbosity=1",
+        f"--operator-image={refs['operator']}",
+        f"--controller-image={refs['controller']}",
+        f"--importer-image={refs['importer']}",
+        f"--cloner-image={refs['cloner']}",
+        f"--ovirt-populator-image={refs['importer']}",
+        f"--apiserver-image={refs['apiserver']}",
+        f"--uploadproxy-image={refs['uploadproxy']}",
+        f"--uploadserver-image={refs['uploadserver']}",
+    ]
+
+
+def cdi_resource() -> dict[str, Any]:
+    """The `CDI` resource cdi-operator reconciles; its `spec.config` becomes the cluster's CDIConfig."""
+    return {
+        "apiVersion": "cdi.kubevirt.io/v1beta1",
+        "kind": "CDI",
+        "metadata": {"name": "cdi"},
+        "spec": {
+            "imagePullPolicy": "IfNotPresent",
+            "config": {
+                "filesystemOverhead": {"global": FILESYSTEM_OVERHEAD},
+                "scratchSpaceStorageClass": SCRATCH_STORAGE_CLASS,
+            },
+            # No workload survives an uninstall in a test cluster; keep `make cdi-down` simple.
+            "uninstallStrategy": "RemoveWorkloads",
+        },
+    }
+
+
+def namespace_resource() -> dict[str, Any]:
+    """The `cdi` namespace; CDI's worker pods run in the workloads' namespaces, not here."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": NAMESPACE, "labels": {"cdi.kubevirt.io": ""}},
+    }
+
+
+def _run(argv: Sequence[str]) -> str:
+    done = subprocess.run(list(argv), check=True, capture_output=True, text=True)
+    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
+
+
+def _rendered_operator(generator: Path, registry: str, version: str) -> list[dict[str, Any]]:
+    text = subprocess.run(
+        generator_argv(generator, registry, version), check=True, capture_output=True, text=True
+    ).stdout
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def _apply(client: Client, documents: Sequence[dict[str, Any]]) -> None:
+    for doc in documents:
+        obj = codecs.from_dict(doc)
+        client.apply(obj, field_manager=FIELD_MANAGER, force=True)
+
+
+def _cdi_state(client: Client) -> tuple[str, str]:
+    obj = client.get(CDI_KIND, name="cdi")  # a lightkube Generic is a dict
+    status = dict(obj.get("status") or {})
+    phase = str(status.get("phase", ""))
+    messages = [
+        f"{c.get('type')}={c.get('status')}: {c.get('message', '')}" for c in status.get("conditions", [])
+    ]
+    return phase, "; ".join(messages)
+
+
+def _available(client: Client, name: str) -> bool:
+    try:
+        dep = client.get(Deployment, name=name, namespace=NAMESPACE)
+    except ApiError:
+        return False
+    status = dep.status
+    return bool(status and status.availableReplicas and status.availableReplicas >= 1)
+
+
+def wait_deployed(client: Client, timeout_s: float) -> None:
+    """Wait until the operator says `Deployed` and CDI's Deployments serve; say what is missing otherwise."""
+    deadline = time.monotonic() + timeout_s
+    phase, detail, missing = "", "", list(COMPONENTS)
+    while time.monotonic() < deadline:
+        phase, detail = _cdi_state(client)
+        missing = [name for name in COMPONENTS if not _available(client, name)]
+        if phase == "Deployed" and not missing:
+            return
+        time.sleep(3)
+    raise SystemExit(
+        f"CDI not ready after {timeout_s:.0f} s: phase={phase!r} ({detail}); unavailable: {missing}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`make cdi-up`: push CDI's images, install cdi-operator and a CDI resource, wait until CDI serves."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--state-dir", type=Path, default=ROOT / ".envtest")
+    parser.add_argument("--timeout", type=float, default=600.0)
+    args = parser.parse_args(argv)
+    version = read_versions_env()["CDI_VERSION"]
+    registry = (args.state_dir / "registry").read_text().strip()
+    bin_dir = Path(_run([str(HERE / "build.sh")]))
+    _run([str(HERE / "images.sh"), "--push", registry])
+    client = Client(KubeConfig.from_file(args.state_dir / "kubeconfig"), field_manager=FIELD_MANAGER)
+    _apply(client, [namespace_resource()])
+    _apply(client, _rendered_operator(bin_dir / "manifest-generator", registry, version))
+    _apply(client, [cdi_resource()])
+    start = time.monotonic()
+    wait_deployed(client, args.timeout)
+    print(f"CDI {version} deployed by cdi-operator in {time.monotonic() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
