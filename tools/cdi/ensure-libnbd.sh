@@ -14,10 +14,11 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 if [ "$need_src" = 1 ]; then
-  cat > "$srcs" <<'EOF'
+  archive="$("$(dirname "$0")/../debian-archive.sh")"
+  cat > "$srcs" <<EOF
 # Added by uds-vm-operator (tools/cdi/ensure-libnbd.sh): Debian source packages, for libnbd's Go bindings.
 Types: deb-src
-URIs: http://deb.debian.org/debian
+URIs: $archive
 Suites: bookworm
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg

@@ -11,12 +11,7 @@ repo="$(cd "$here/../.." && pwd)"
 # shellcheck disable=SC1091
 source "$repo/versions.env"
 suite="${GUEST_DEBIAN_SUITE:?GUEST_DEBIAN_SUITE missing from versions.env}"
-# The Debian archive this machine's apt already uses (no host is named in the project): GUEST_DEBIAN_MIRROR overrides.
-host_debian_uri() {
-  awk '/^URIs:/ && !found {print $2; found=1}' /etc/apt/sources.list.d/debian.sources 2>/dev/null
-  [ -f /etc/apt/sources.list ] && awk '$1 == "deb" && $2 ~ /^http/ && !found {print $2; found=1}' /etc/apt/sources.list
-}
-mirror="${GUEST_DEBIAN_MIRROR:-$(host_debian_uri | head -1)}"
+mirror="${GUEST_DEBIAN_MIRROR:-$("$(dirname "$0")/../debian-archive.sh")}"
 [ -n "$mirror" ] || { echo "error: no Debian archive in /etc/apt/sources.list*; set GUEST_DEBIAN_MIRROR" >&2; exit 1; }
 packages=(
   linux-image-cloud-amd64 initramfs-tools systemd-sysv udev dbus

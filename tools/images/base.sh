@@ -17,7 +17,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 . "$images_root/versions.env"
 
 suite=bookworm
-mirror="http://deb.debian.org/debian"
+mirror="$("$images_root/tools/debian-archive.sh")"
 # libatomic1: regopy (the rego engine of `uds-vmctl compliance`) loads libatomic.so.1 through ctypes.
 python_packages="python3,python3-venv,passwd,libatomic1"
 for tool in buildah mmdebstrap gcc curl; do
