@@ -191,6 +191,20 @@ def _claim(paths: cfg.NodePaths) -> None:
     OWNER_FILE.write_text(str(paths.state_dir) + "\n", encoding="utf-8")
 
 
+def _wait_for_machine(paths: cfg.NodePaths) -> None:
+    """With UDS_NODE_WAIT_S set, wait (outside the lock) for another checkout's node to go away first."""
+    deadline = time.monotonic() + float(os.environ.get("UDS_NODE_WAIT_S", "0") or 0)
+    announced = False
+    while time.monotonic() < deadline:
+        owner = _owner()
+        if owner is None or owner == paths.state_dir or not _node_alive(cfg.NodePaths(owner, _run_dir(owner))):
+            return
+        if not announced:
+            print(f"waiting for the node of {owner} to stop (UDS_NODE_WAIT_S)", file=sys.stderr)
+            announced = True
+        time.sleep(5)
+
+
 def _node_alive(paths: cfg.NodePaths) -> bool:
     with contextlib.suppress(Exception):
         return any(r.is_alive() for r in _load_records(paths))
@@ -538,6 +552,7 @@ def up(state_dir: Path, *, tie_to_parent: bool = False) -> tuple[controlplane.Co
     state_dir = state_dir.resolve()
     paths = paths_for(state_dir)
     timings: dict[str, float] = {}
+    _wait_for_machine(paths)
     with _machine_lock():
         if status(state_dir, quiet=True):
             plane = controlplane.attach(state_dir)
