@@ -197,7 +197,9 @@ def _wait_for_machine(paths: cfg.NodePaths) -> None:
     announced = False
     while time.monotonic() < deadline:
         owner = _owner()
-        if owner is None or owner == paths.state_dir or not _node_alive(cfg.NodePaths(owner, _run_dir(owner))):
+        if owner is None or owner == paths.state_dir:
+            return
+        if not _node_alive(cfg.NodePaths(owner, _run_dir(owner))):
             return
         if not announced:
             print(f"waiting for the node of {owner} to stop (UDS_NODE_WAIT_S)", file=sys.stderr)
