@@ -42,7 +42,11 @@ def disk_size_bytes(fd: int) -> int:
     if stat.S_ISREG(info.st_mode):
         return info.st_size
     if stat.S_ISBLK(info.st_mode):
-        return os.lseek(fd, 0, os.SEEK_END)
+        # Seeking to the end is how a block device tells its size; seek back, or every read returns 0 bytes
+        # (found by the real-node tier's first Block volume: the played tier only ever read regular files).
+        end = os.lseek(fd, 0, os.SEEK_END)
+        os.lseek(fd, 0, os.SEEK_SET)
+        return end
     raise DiskReadError("the disk is neither a regular file nor a block device; point --path at disk.img")
 
 
