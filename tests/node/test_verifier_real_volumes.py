@@ -86,9 +86,9 @@ def play_cdi_upload(node: NodeHandle, namespace: str, disk: bytes, volume_mode: 
         volume = node.volume(room, "Filesystem", filesystem, claim=(namespace, "web-dv"))  # type: ignore[arg-type]
         assert volume.mount_point is not None
         target = volume.mount_point / "disk.img"
-        with open(target, "wb") as handle:  # CDI leaves disk.img grown to the space it may use, owned by qemu
+        with open(target, "wb") as handle:  # CDI leaves disk.img owned by qemu, grown past the image
             handle.write(disk)
-            handle.truncate(size // 2)
+            handle.truncate(len(disk) + (1 << 20))  # the image, then space CDI grew it into
         os.chown(target, 107, 107)
         os.chmod(target, 0o660)
     node.create(
