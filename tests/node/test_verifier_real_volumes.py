@@ -82,7 +82,7 @@ def play_cdi_upload(node: NodeHandle, namespace: str, disk: bytes, volume_mode: 
     if volume_mode == "Block":
         node.volume(size, "Block", content=disk, claim=(namespace, "web-dv"))
     else:
-        room = volumes.filesystem_size_for(len(disk), size)
+        room = volumes.filesystem_size_for(len(disk), size, filesystem)  # type: ignore[arg-type]
         volume = node.volume(room, "Filesystem", filesystem, claim=(namespace, "web-dv"))  # type: ignore[arg-type]
         assert volume.mount_point is not None
         target = volume.mount_point / "disk.img"

@@ -132,11 +132,17 @@ def write_file(volume: LocalVolume, relative: str, data: bytes, owner: int = 107
     return target
 
 
-def filesystem_size_for(content_bytes: int, request_bytes: int) -> int:
+def filesystem_size_for(content_bytes: int, request_bytes: int, filesystem: Filesystem = "ext4") -> int:
     """A Filesystem PV large enough to hold a file of content_bytes, and never smaller than the claim.
 
     Measured on loop-backed volumes (issue 15): ext4 (`-m0`) and xfs keep ~8-12 % plus, for xfs, a log of
-    up to 64 MiB, so a PV of exactly the SPEC §4 size cannot hold the whole virtual disk. Static local PVs
-    may be larger than their claim; the real-CDI tier is where exact sizes are proven.
+    up to 64 MiB, so a PV of exactly the SPEC §4 size cannot hold the whole virtual disk; and Debian's
+    mkfs.xfs refuses anything under 300 MB. Static local PVs may be larger than their claim; the real-CDI
+    tier is where exact sizes are proven.
     """
-    return max(request_bytes, (content_bytes * 112 // 100 + (64 << 20) + 0xFFFFF) & ~0xFFFFF)
+    room = max(request_bytes, (content_bytes * 112 // 100 + (64 << 20) + 0xFFFFF) & ~0xFFFFF)
+    return max(room, XFS_MINIMUM_BYTES) if filesystem == "xfs" else room
+
+
+XFS_MINIMUM_BYTES = 300 * 1000 * 1000 + (1 << 20)
+"""mkfs.xfs (xfsprogs 6.1) refuses a filesystem smaller than 300 MB."""
