@@ -144,5 +144,5 @@ def filesystem_size_for(content_bytes: int, request_bytes: int, filesystem: File
     return max(room, XFS_MINIMUM_BYTES) if filesystem == "xfs" else room
 
 
-XFS_MINIMUM_BYTES = 300 * 1000 * 1000 + (1 << 20)
-"""mkfs.xfs (xfsprogs 6.1) refuses a filesystem smaller than 300 MB."""
+XFS_MINIMUM_BYTES = 320 << 20
+"""mkfs.xfs (xfsprogs 6.1) refuses a filesystem under 300 MiB ("must be larger than 300MB")."""
