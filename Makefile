@@ -82,3 +82,15 @@ demo: install envtest-bins ## the main job: control plane + CRDs + operator + a 
 
 clean: cluster-down ## remove the virtualenv and local state (the binary cache in ~/.cache stays)
 	rm -rf $(VENV) $(ENVTEST_DIR) .mypy_cache .ruff_cache .pytest_cache
+
+# ---- Real KubeVirt on the test node (issue 16, ADR 0008) --------------------------------------------------------
+.PHONY: kubevirt-bins kubevirt-images kubevirt-up
+kubevirt-bins: ## build (or reuse) KubeVirt's virt-api and virt-controller (KUBEVIRT_VERSION) in ~/.cache/uds-vm-operator
+	@tools/kubevirt/build.sh >/dev/null
+
+kubevirt-images: kubevirt-bins ## their images (Debian minbase) as OCI archives; pushed into the node's registry when it runs
+	@tools/kubevirt/images.sh $(ENVTEST_DIR) >/dev/null
+
+kubevirt-up: node-up kubevirt-images ## real virt-api (webhooks, subresources API) and virt-controller on the node; idempotent
+	@tools/kubevirt/images.sh $(ENVTEST_DIR) >/dev/null
+	$(PY) tools/kubevirt/install.py up --state-dir $(ENVTEST_DIR)
