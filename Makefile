@@ -93,4 +93,4 @@ kubevirt-images: kubevirt-bins ## their images (Debian minbase) as OCI archives;
 
 kubevirt-up: node-up kubevirt-images ## real virt-api (webhooks, subresources API) and virt-controller on the node; idempotent
 	@tools/kubevirt/images.sh $(ENVTEST_DIR) >/dev/null
-	$(PY) tools/kubevirt/install.py up --state-dir $(ENVTEST_DIR)
+	$(PY) tools/kubevirt/kubevirt_install.py up --state-dir $(ENVTEST_DIR)

@@ -1,4 +1,4 @@
-"""The renderer's option space, enumerated: every VirtualMachine the operator can produce, as (name, manifest).
+"""The renderer's option space, enumerated: every VirtualMachine the operator can render, by name.
 
 Why one module: the same variants are judged by KubeVirt's CRD schemas offline (every tag in
 KUBEVIRT_SCHEMA_VERSIONS, tests/unit) and by the real virt-api's admission webhooks on the node (tests/node).
@@ -118,7 +118,9 @@ def _spec(index: int, axes: tuple[Any, ...]) -> dict[str, Any]:
 def _as_member(index: int, spec: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """Every third combination goes through the pool's member rendering, as the pool controller does."""
     pool = PoolRef(name=f"pool{index}", namespace="apps", uid=f"pool-uid-{index}")
-    member = render_member(pool, {"metadata": {"labels": {"tier": "web"}}, "spec": spec}, ordinal=1, revision="r1")
+    member = render_member(
+        pool, {"metadata": {"labels": {"tier": "web"}}, "spec": spec}, ordinal=1, revision="r1"
+    )
     return member["metadata"]["name"], member["spec"]
 
 

@@ -200,7 +200,9 @@ def _kubevirt_folder(version: str) -> Path:
     try:
         return ensure_kubevirt_crds(version)
     except Exception as error:
-        pytest.fail(f"KubeVirt {version}'s CRDs could not be fetched ({error}); run tools/envtest/fetch_crds.py")
+        pytest.fail(
+            f"KubeVirt {version}'s CRDs could not be fetched ({error}); run tools/envtest/fetch_crds.py"
+        )
 
 
 def test_schema_versions_cover_the_installed_and_the_newest_kubevirt() -> None:
@@ -214,7 +216,9 @@ def test_every_rendered_vm_variant_fits_each_kubevirt_schema(version: str) -> No
     schema = _schema(_kubevirt_folder(version), CHECKED_KINDS[("kubevirt.io/v1", "VirtualMachine")], "v1")
     variants = _variants()
     assert len(variants) >= 600  # the option space (tests/kubevirt_variants.py); a shrink is a regression
-    rejected = {name: problems for name, vm in variants.items() if (problems := schema_violations(vm, schema))}
+    rejected = {
+        name: problems for name, vm in variants.items() if (problems := schema_violations(vm, schema))
+    }
     assert rejected == {}, f"{len(rejected)} of {len(variants)} refused by KubeVirt {version}"
 
 
@@ -237,6 +241,9 @@ def test_every_field_the_renderer_emits_is_declared_by_each_kubevirt_schema(vers
     """Stricter than pruning: each emitted spec path must be a declared property, not preserved-unknown."""
     schema = _schema(_kubevirt_folder(version), CHECKED_KINDS[("kubevirt.io/v1", "VirtualMachine")], "v1")
     paths = set().union(*(vm_kubevirt_paths(vm["spec"], ".spec") for vm in _variants().values()))
-    assert {".spec.template.spec.domain.firmware.bootloader.efi.secureBoot", ".spec.instancetype.name"} <= paths
+    assert {
+        ".spec.template.spec.domain.firmware.bootloader.efi.secureBoot",
+        ".spec.instancetype.name",
+    } <= paths
     undeclared = sorted(path for path in paths if not _schema_has(schema, path))
     assert undeclared == [], f"KubeVirt {version} does not declare {undeclared}"

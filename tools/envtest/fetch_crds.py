@@ -229,7 +229,7 @@ def _assemble(final: Path, fill: Callable[[Path], None], force: bool) -> Path:
 
 
 def ensure_crds(versions: PinnedVersions | None = None, force: bool = False) -> Path:
-    """Return the cached CRD folder for the pinned versions, fetching it first when absent (or when forced)."""
+    """Return the cached CRD folder for the pinned versions, fetching it first when absent (or forced)."""
     pins = versions or pinned_versions()
     return _assemble(crd_dir(pins), lambda staging: fetch_into(staging, pins), force)
 

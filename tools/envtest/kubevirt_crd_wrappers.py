@@ -56,7 +56,7 @@ class WrapperSpec:
     status_subresource: bool
     scale_subresource: bool = False
     core_versions: bool = True
-    """newCRDVersions(): v1 (storage) + v1alpha3 (deprecated); else the pool's v1alpha1 + v1beta1 (storage)."""
+    """newCRDVersions(): v1 (storage) + v1alpha3 (deprecated); else the pool's v1alpha1 + v1beta1 (stored)."""
     label: str = APP_LABEL
     evidence: tuple[str, ...] = field(default=())
 

@@ -7,7 +7,7 @@ and the ``v1.subresources.kubevirt.io`` APIService; then virt-controller) and wa
 Idempotent: the generated manifests (and so the certificates) are kept in ``<state>/kubevirt/install.json``
 and re-applied unchanged on the next run.
 
-Usage: python tools/kubevirt/install.py up --state-dir .envtest
+Usage: python tools/kubevirt/kubevirt_install.py up --state-dir .envtest
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ from lightkube.types import PatchType
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT / "tools" / "envtest"))
+from pinned_versions import pinned_versions  # noqa: E402 (tools/envtest is not a package)
+
 NAMESPACE = "kubevirt"
 FIELD_MANAGER = "uds-kubevirt-install"
 READY_TIMEOUT_S = 300.0
@@ -86,7 +89,9 @@ def generated_manifests(state_dir: Path, registry: str, version: str) -> dict[st
         loaded: dict[str, list[dict[str, Any]]] = json.loads(cached.read_text(encoding="utf-8"))
         return loaded
     bin_dir = Path(_run([str(HERE / "build.sh")]))
-    text = _run([str(bin_dir / "kubevirt-manifests"), "-namespace", NAMESPACE, "-registry", registry, "-tag", version])
+    text = _run(
+        [str(bin_dir / "kubevirt-manifests"), "-namespace", NAMESPACE, "-registry", registry, "-tag", version]
+    )
     cached.parent.mkdir(parents=True, exist_ok=True)
     cached.write_text(text, encoding="utf-8")
     cached.chmod(0o600)  # holds private keys
@@ -111,7 +116,9 @@ def _named(objects: Iterable[Mapping[str, Any]], names: Sequence[str]) -> list[M
 def select(manifests: Mapping[str, list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
     """The objects to apply, as ordered stages (a stage is applied whole before the next starts)."""
 
-    def group(name: str, keep: Callable[[list[dict[str, Any]]], Iterable[Mapping[str, Any]]] = list) -> list[dict[str, Any]]:
+    def group(
+        name: str, keep: Callable[[list[dict[str, Any]]], Iterable[Mapping[str, Any]]] = list
+    ) -> list[dict[str, Any]]:
         return [_clean(name, obj) for obj in keep(manifests.get(name) or [])]
 
     def one_replica(deployments: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -178,7 +185,9 @@ def _wait(what: str, probe: Callable[[], bool], timeout_s: float = READY_TIMEOUT
 
 
 def _deployment_available(client: Client, name: str) -> bool:
-    raw = client._client.request("get", res=codecs.resource_registry.load("apps/v1", "Deployment"), name=name, namespace=NAMESPACE)
+    raw = client._client.request(
+        "get", res=codecs.resource_registry.load("apps/v1", "Deployment"), name=name, namespace=NAMESPACE
+    )
     conditions = (raw.status.conditions if raw.status else None) or []
     return any(c.type == "Available" and c.status == "True" for c in conditions)
 
@@ -206,7 +215,11 @@ def up(state_dir: Path, version: str) -> dict[str, float]:
     started = time.monotonic()
     registry = registry_of(state_dir)
     manifests = generated_manifests(state_dir, registry, version)
-    client = Client(config=KubeConfig.from_file(str(state_dir / "kubeconfig")), field_manager=FIELD_MANAGER, trust_env=False)
+    client = Client(
+        config=KubeConfig.from_file(str(state_dir / "kubeconfig")),
+        field_manager=FIELD_MANAGER,
+        trust_env=False,
+    )
     _apply(client, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     stages = select(manifests)
     for obj in stages[0]:
@@ -217,12 +230,18 @@ def up(state_dir: Path, version: str) -> dict[str, float]:
     timings["objects"] = time.monotonic() - started
     for obj in stages[1]:
         _apply(client, obj)
-    _wait("virt-api to become Available (see `kubectl -n kubevirt get pods`)", lambda: _deployment_available(client, "virt-api"))
+    _wait(
+        "virt-api to become Available (see `kubectl -n kubevirt get pods`)",
+        lambda: _deployment_available(client, "virt-api"),
+    )
     timings["virt-api"] = time.monotonic() - started
     for obj in stages[2]:
         _apply(client, obj)
     names = [obj["metadata"]["name"] for obj in stages[2] if obj["kind"] == "APIService"]
-    _wait("the subresources.kubevirt.io APIService", lambda: all(_apiservice_available(client, n) for n in names))
+    _wait(
+        "the subresources.kubevirt.io APIService",
+        lambda: all(_apiservice_available(client, n) for n in names),
+    )
     for obj in stages[3]:
         _apply(client, obj)
     _wait("virt-controller to become Available", lambda: _deployment_available(client, "virt-controller"))
@@ -236,9 +255,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("action", choices=["up"])
     parser.add_argument("--state-dir", type=Path, default=ROOT / ".envtest")
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(ROOT / "tools" / "envtest"))
-    from pinned_versions import pinned_versions
-
     try:
         timings = up(args.state_dir.resolve(), pinned_versions().kubevirt)
     except (InstallError, ApiError) as error:
