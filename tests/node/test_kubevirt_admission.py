@@ -106,8 +106,10 @@ def _instancetype_and_cpu(vm: dict[str, Any]) -> None:
 
 
 def _duplicate_disk(vm: dict[str, Any]) -> None:
-    template = _template(vm)
-    template["domain"]["devices"]["disks"].append(copy.deepcopy(template["domain"]["devices"]["disks"][0]))
+    disks = _template(vm)["domain"]["devices"]["disks"]
+    twin = copy.deepcopy(disks[0])
+    twin.pop("bootOrder", None)  # else the refusal would be for the boot order, not the name
+    disks.append(twin)
 
 
 def _disk_without_volume(vm: dict[str, Any]) -> None:
@@ -120,12 +122,16 @@ def _inline_user_data_over_2k(vm: dict[str, Any]) -> None:
             volume["cloudInitNoCloud"] = {"userData": "#cloud-config\n" + "#" * 4096}
 
 
-# (KubeVirt rule, how a manifest breaks it, the user input our API refuses instead or None when no input
-# can produce it, and the check over every rendered variant that the renderer never emits it.)
-Rule = tuple[str, Callable[[dict[str, Any]], None], dict[str, Any] | None, Callable[[dict[str, Any]], bool]]
+# (KubeVirt rule, what virt-api's refusal says, how a manifest breaks it, the user input our API refuses
+# instead or None when no input can produce it, and the check over every rendered variant that the renderer
+# never emits it.)
+Rule = tuple[
+    str, str, Callable[[dict[str, Any]], None], dict[str, Any] | None, Callable[[dict[str, Any]], bool]
+]
 RULES: list[Rule] = [
     (
         "secure boot needs SMM",
+        "SecureBoot requires SMM",
         _secure_boot_without_smm,
         None,
         lambda vm: (
@@ -135,12 +141,14 @@ RULES: list[Rule] = [
     ),
     (
         "runStrategy is one of KubeVirt's",
+        "Invalid RunStrategy",
         _bad_run_strategy,
         {"source": {"blank": {}}, "disk": {"virtualSize": "1Gi"}, "runStrategy": "Sometimes"},
         lambda vm: vm["spec"]["runStrategy"] in ("Always", "Halted", "Manual", "RerunOnFailure", "Once"),
     ),
     (
         "instancetype excludes explicit CPU",
+        "conflicts with selected instance type",
         _instancetype_and_cpu,
         {
             "source": {"blank": {}},
@@ -151,6 +159,7 @@ RULES: list[Rule] = [
     ),
     (
         "disk names are unique",
+        "must not have the same Name",
         _duplicate_disk,
         {
             "source": {"blank": {}},
@@ -164,6 +173,7 @@ RULES: list[Rule] = [
     ),
     (
         "every disk has a volume",
+        "'orphan' not found",
         _disk_without_volume,
         None,
         lambda vm: (
@@ -173,6 +183,7 @@ RULES: list[Rule] = [
     ),
     (
         "inline cloud-init user data is at most 2 KiB",
+        "exceeds 2048 byte limit",
         _inline_user_data_over_2k,
         None,
         lambda vm: all("userData" not in v.get("cloudInitNoCloud", {}) for v in _template(vm)["volumes"]),
@@ -184,7 +195,7 @@ RULES: list[Rule] = [
 def test_what_kubevirt_refuses_never_comes_from_us(
     kubevirt: NodeHandle, sizing: None, ns: str, case: Rule
 ) -> None:
-    rule, breaks, user_input, never_rendered = case
+    rule, says, breaks, user_input, never_rendered = case
     base = _base_vm()
     code, payload = dry_run_create(kubevirt, ns, base)
     # The unbroken manifest passes, so the refusal below is the rule's.
@@ -193,7 +204,7 @@ def test_what_kubevirt_refuses_never_comes_from_us(
     breaks(broken)
     code, payload = dry_run_create(kubevirt, ns, broken)
     assert code in (400, 422), f"virt-api admitted a VM breaking {rule!r}"
-    print(f"{rule}: KubeVirt says {_message(payload)[:300]}")
+    assert "admission webhook" in _message(payload) and says in _message(payload), _message(payload)
     offenders = [name for name, vm in _variants().items() if not never_rendered(vm)]
     assert offenders == [], f"the renderer emits VMs breaking {rule!r}: {offenders[:5]}"
     if user_input is not None:

@@ -162,6 +162,13 @@ def kubevirt_cr() -> dict[str, Any]:
     }
 
 
+def kubevirt_cr_status(version: str) -> dict[str, Any]:
+    """The status virt-operator writes once it has deployed: virt-api and virt-controller take their cluster
+    configuration (useEmulation among it) only from a KubeVirt CR whose status has a phase
+    (virt-config's GetConfigFromKubeVirtCR), so without it they would run on built-in defaults."""
+    return {"status": {"phase": "Deployed", "observedKubeVirtVersion": version, "targetKubeVirtVersion": version}}
+
+
 def _apply(client: Client, obj: Mapping[str, Any]) -> None:
     resource = KubeVirtCR.from_dict(dict(obj)) if obj["kind"] == "KubeVirt" else codecs.from_dict(dict(obj))
     metadata = obj["metadata"]
@@ -227,6 +234,14 @@ def up(state_dir: Path, version: str) -> dict[str, float]:
     crds = [obj["metadata"]["name"] for obj in stages[0] if obj["kind"] == "CustomResourceDefinition"]
     _wait("KubeVirt's CRDs to be established", lambda: _crds_established(client, crds), 60.0)
     _apply(client, kubevirt_cr())
+    client._client.request(
+        "patch",
+        res=KubeVirtCR.Status,
+        name="kubevirt",
+        namespace=NAMESPACE,
+        obj=kubevirt_cr_status(version),
+        headers={"Content-Type": PatchType.MERGE.value},
+    )
     timings["objects"] = time.monotonic() - started
     for obj in stages[1]:
         _apply(client, obj)

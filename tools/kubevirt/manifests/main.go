@@ -98,35 +98,40 @@ func run(namespace, registry, tag string) error {
 	return encoder.Encode(out)
 }
 
-// certificates fills the strategy's secrets the way virt-operator's certificate manager does: the
-// kubevirt-ca secret first, then every component certificate signed by it; it returns the CA bundle.
+// certificates fills the strategy's secrets the way virt-operator's certificate manager does: the CAs
+// first (kubevirt-ca, and the export and backup CAs virt-controller mounts), then every component
+// certificate signed by kubevirt-ca; it returns kubevirt-ca's bundle.
 func certificates(strategy *install.Strategy) ([]*corev1.Secret, []byte, error) {
 	duration := &metav1.Duration{Duration: 7 * 24 * time.Hour}
+	authorities := map[string]bool{
+		components.KubeVirtCASecretName:       true,
+		components.KubeVirtExportCASecretName: true,
+		components.KubeVirtBackupCASecretName: true,
+	}
 	var ca *tls.Certificate
 	var bundle []byte
 	all := strategy.CertificateSecrets()
 	for _, secret := range all {
-		if secret.Name != components.KubeVirtCASecretName {
+		if !authorities[secret.Name] {
 			continue
 		}
 		if err := components.PopulateSecretWithCertificate(secret, nil, duration); err != nil {
 			return nil, nil, err
 		}
-		loaded, err := components.LoadCertificates(secret)
-		if err != nil {
-			return nil, nil, err
+		if secret.Name == components.KubeVirtCASecretName {
+			loaded, err := components.LoadCertificates(secret)
+			if err != nil {
+				return nil, nil, err
+			}
+			ca, bundle = loaded, secret.Data[corev1.TLSCertKey]
 		}
-		ca, bundle = loaded, secret.Data[corev1.TLSCertKey]
 	}
 	if ca == nil {
 		return nil, nil, fmt.Errorf("the install strategy has no %s secret", components.KubeVirtCASecretName)
 	}
 	for _, secret := range all {
-		if secret.Name == components.KubeVirtCASecretName || len(secret.Data) > 0 {
+		if authorities[secret.Name] {
 			continue
-		}
-		if secret.Name == components.KubeVirtExportCASecretName || secret.Name == components.KubeVirtBackupCASecretName {
-			continue // export and backup have CAs of their own; the test node runs neither
 		}
 		if err := components.PopulateSecretWithCertificate(secret, ca, duration); err != nil {
 			return nil, nil, err
