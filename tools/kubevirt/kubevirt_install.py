@@ -166,7 +166,9 @@ def kubevirt_cr_status(version: str) -> dict[str, Any]:
     """The status virt-operator writes once it has deployed: virt-api and virt-controller take their cluster
     configuration (useEmulation among it) only from a KubeVirt CR whose status has a phase
     (virt-config's GetConfigFromKubeVirtCR), so without it they would run on built-in defaults."""
-    return {"status": {"phase": "Deployed", "observedKubeVirtVersion": version, "targetKubeVirtVersion": version}}
+    return {
+        "status": {"phase": "Deployed", "observedKubeVirtVersion": version, "targetKubeVirtVersion": version}
+    }
 
 
 def _apply(client: Client, obj: Mapping[str, Any]) -> None:
