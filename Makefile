@@ -9,7 +9,7 @@ KUBECONFIG_OUT := $(ENVTEST_DIR)/kubeconfig
 .DEFAULT_GOAL := help
 .PHONY: help install system-deps envtest-bins helm-bin zarf-schema zarf-build deploy-check compliance-check \
         crds crds-check lint typecheck test test-unit test-images \
-        test-integration bench demo cluster-up cluster-down clean
+        test-integration test-node bench demo cluster-up cluster-down node-deps node-bins node-up node-down clean
 
 help: ## show this help
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -56,7 +56,19 @@ deploy-check: install ## fail if deploy/ differs from what the Helm chart render
 compliance-check: install ## fail if compliance/oscal-component.yaml differs from the validations it is built from
 	$(PY) -m uds_vm_operator.compliance.component --check compliance/oscal-component.yaml
 
-test: install system-deps envtest-bins helm-bin zarf-schema lint crds-check deploy-check compliance-check ## install everything, then run every test tier
+node-deps: ## install the real node's Debian packages (containerd, runc, CNI plugins, iptables, ipset, docker-registry, buildah)
+	@tools/node/ensure-deps.sh
+
+node-bins: envtest-bins ## build (or reuse) kubelet, kube-scheduler, kube-proxy, CoreDNS and kube-router in ~/.cache/uds-vm-operator
+	@tools/node/build.sh >/dev/null
+
+node-up: install node-deps node-bins ## add one real node to the control plane (starts the plane first if needed); idempotent
+	$(PY) tools/node/node.py up --state-dir $(ENVTEST_DIR)
+
+node-down: ## stop the real node and remove everything it made (processes, mounts, veths, bridge, loop devices, iptables)
+	@if [ -x $(PY) ]; then $(PY) tools/node/node.py down --state-dir $(ENVTEST_DIR); fi
+
+test: install system-deps node-deps envtest-bins node-bins helm-bin zarf-schema lint crds-check deploy-check compliance-check ## install everything, then run every test tier
 	$(PY) -m pytest -q tests
 
 test-unit: install ## unit tier only (fast)
@@ -68,14 +80,18 @@ test-images: install system-deps ## image tier only (needs qemu-img)
 test-integration: install envtest-bins ## integration tier only (real control plane)
 	$(PY) -m pytest -q tests/integration
 
+test-node: install node-deps node-bins helm-bin ## real-node tier only (kubelet, containerd, CNI, policies, the operator's image)
+	$(PY) -m pytest -q tests/node
+
 bench: install system-deps envtest-bins ## run the benchmarks; JSON results land in bench/results/
 	$(PY) -m bench.run
 
 cluster-up: install envtest-bins ## start the local control plane in the background; writes .envtest/kubeconfig
 	$(PY) tools/envtest/controlplane.py up --state-dir $(ENVTEST_DIR)
 
-cluster-down: ## stop the local control plane (by recorded PIDs only)
-	@if [ -x $(PY) ]; then $(PY) tools/envtest/controlplane.py down --state-dir $(ENVTEST_DIR); fi
+cluster-down: ## stop the real node (if any) and the local control plane, by recorded PIDs only
+	@if [ -x $(PY) ]; then $(PY) tools/node/node.py down --with-plane --state-dir $(ENVTEST_DIR); \
+	  $(PY) tools/envtest/controlplane.py down --state-dir $(ENVTEST_DIR); fi
 
 demo: install envtest-bins ## the main job: control plane + CRDs + operator + a sample VM reconciled to Ready
 	$(PY) tools/demo.py

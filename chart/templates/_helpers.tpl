@@ -21,7 +21,8 @@ app.kubernetes.io/component: operator
 {{- end }}
 {{- end }}
 
-{{/* The operator's image; the verifier pods it starts (SI-7) run the very same reference. */}}
+{{/* The operator's image; the verifier pods it starts (SI-7) run the very same reference. With
+image.digest the reference is pinned (repository:tag@digest): the node runs exactly the bytes that were signed. */}}
 {{- define "uds-vm-operator.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{ .Values.image.repository }}:{{ .Values.image.tag }}{{ with .Values.image.digest }}@{{ . }}{{ end }}
 {{- end }}

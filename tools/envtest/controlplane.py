@@ -101,10 +101,19 @@ def free_loopback_port() -> int:
 
 @dataclass(frozen=True)
 class Layout:
-    """Where one run keeps its files. state_dir persists (kubeconfig, pids, logs); run_dir is a temp dir."""
+    """Where one run keeps its files. state_dir persists (kubeconfig, pids, logs); run_dir is a temp dir.
+
+    node_address: None for the played tier's loopback-only plane; for the real-node tier, the address (on the
+    node's own bridge) the API server listens on, so pods (the operator, CoreDNS, ...) can reach it.
+    """
 
     state_dir: Path
     run_dir: Path
+    node_address: str | None = None
+
+    @property
+    def api_address(self) -> str:
+        return self.node_address or LOOPBACK
 
     @property
     def kubeconfig(self) -> Path:
@@ -253,6 +262,7 @@ class ControlPlane:
             "kubeconfig": str(self.layout.kubeconfig),
             "timings_s": self.timings,
             "crds": self.crds,
+            "node_address": self.layout.node_address,
         }
         self.layout.state_file.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
 
@@ -345,15 +355,38 @@ def _child_env() -> dict[str, str]:
     } | {"NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
 
 
+# In-cluster clients reach the API server as the `kubernetes` Service (its first ClusterIP) or by these names.
+SERVICE_CIDR = "10.0.0.0/24"
+KUBERNETES_SERVICE_IP = "10.0.0.1"
+_IN_CLUSTER_NAMES = (
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
+KUBELET_CLIENT_USER = "uds-envtest-kube-apiserver-kubelet-client"
+
+
 def _write_pki(layout: Layout, server: str) -> None:
-    """Fresh CAs, serving certs (SANs 127.0.0.1/localhost), the admin kubeconfig and the SA signing key."""
+    """Fresh CAs, serving certs (SANs 127.0.0.1/localhost), the admin kubeconfig and the SA signing key.
+
+    With a node, the API server's certificate also names the node address and the `kubernetes` Service, and
+    the API server gets a client certificate for the kubelet (logs, exec, port-forward).
+    """
     layout.cert_dir.mkdir(parents=True, mode=0o700)
     serving_ca = CertificateAuthority.create("uds-envtest-serving-ca")
     serving_ca.write(layout.serving_ca_cert, layout.cert_dir / "serving-ca.key")
     client_ca = CertificateAuthority.create("uds-envtest-client-ca")
     client_ca.write(layout.client_ca_cert, layout.client_ca_key)
+    names: tuple[str, ...] = ("localhost",)
+    addresses: tuple[str, ...] = (LOOPBACK,)
+    if layout.node_address:
+        names += _IN_CLUSTER_NAMES
+        addresses += (layout.node_address, KUBERNETES_SERVICE_IP)
+        kubelet_client = client_ca.issue(KUBELET_CLIENT_USER, organizations=ADMIN_GROUPS)
+        kubelet_client.write(layout.cert_dir / "kubelet-client.crt", layout.cert_dir / "kubelet-client.key")
     for name, stem in (("kube-apiserver", "apiserver"), ("kube-controller-manager", "kcm")):
-        serving = serving_ca.issue(name, dns_names=("localhost",), ip_addresses=(LOOPBACK,), server=True)
+        serving = serving_ca.issue(name, dns_names=names, ip_addresses=addresses, server=True)
         serving.write(layout.cert_dir / f"{stem}.crt", layout.cert_dir / f"{stem}.key")
     admin = client_ca.issue(ADMIN_USER, organizations=ADMIN_GROUPS)
     admin.write(layout.admin_cert, layout.admin_key)
@@ -420,7 +453,7 @@ def _etcd_argv(binaries: Path, layout: Layout, client_port: int, peer_port: int)
 
 def _apiserver_argv(binaries: Path, layout: Layout, etcd_port: int, port: int) -> list[str]:
     certs = layout.cert_dir
-    return [
+    argv = [
         str(binaries / "kube-apiserver"),
         f"--etcd-servers=http://{LOOPBACK}:{etcd_port}",
         f"--cert-dir={certs}",
@@ -428,32 +461,50 @@ def _apiserver_argv(binaries: Path, layout: Layout, etcd_port: int, port: int) -
         f"--tls-private-key-file={certs / 'apiserver.key'}",
         f"--client-ca-file={layout.client_ca_cert}",
         f"--secure-port={port}",
-        f"--bind-address={LOOPBACK}",
-        f"--advertise-address={LOOPBACK}",
+        f"--bind-address={layout.api_address}",
+        f"--advertise-address={layout.api_address}",
         "--authorization-mode=RBAC",
-        "--service-cluster-ip-range=10.0.0.0/24",
+        f"--service-cluster-ip-range={SERVICE_CIDR}",
         "--allow-privileged=true",
-        # As envtest: no controller creates the `default` ServiceAccount. PodSecurity stays on (1.34 default).
-        "--disable-admission-plugins=ServiceAccount",
-        f"--service-account-issuer=https://{LOOPBACK}:{port}/",
         f"--service-account-key-file={certs / 'sa.pub'}",
         f"--service-account-signing-key-file={certs / 'sa.key'}",
-        # The `kubernetes` Service cannot point at a loopback address; skip that reconciler instead of logging
-        # errors.
-        "--endpoint-reconciler-type=none",
         "--profiling=false",
         "--v=1",
         *_aggregation_flags(certs),
+    ]
+    if layout.node_address is None:
+        return [
+            *argv,
+            # As envtest: no controller creates the `default` ServiceAccount. PodSecurity stays on (1.34
+            # default).
+            "--disable-admission-plugins=ServiceAccount",
+            f"--service-account-issuer=https://{LOOPBACK}:{port}/",
+            # The `kubernetes` Service cannot point at a loopback address; skip that reconciler instead of
+            # logging errors.
+            "--endpoint-reconciler-type=none",
+        ]
+    # A plane with a real node: pods get ServiceAccount tokens, the `kubernetes` Service points at the node
+    # address, and the API server reaches the kubelet by its InternalIP with its own client certificate.
+    return [
+        *argv,
+        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        "--kubelet-preferred-address-types=InternalIP",
+        f"--kubelet-client-certificate={certs / 'kubelet-client.crt'}",
+        f"--kubelet-client-key={certs / 'kubelet-client.key'}",
     ]
 
 
 def _kcm_argv(binaries: Path, layout: Layout, port: int) -> list[str]:
     certs = layout.cert_dir
     kubeconfig = layout.run_dir / "kcm.kubeconfig"
-    return [
+    # The played tier runs only what no test can play (garbage collector, namespace lifecycle); with a real
+    # node every default controller runs (Deployments, ReplicaSets, EndpointSlices, ServiceAccounts, PVC
+    # protection, the root-CA publisher that projected tokens need, ...), as on a real cluster.
+    controllers = "*" if layout.node_address else "garbage-collector-controller,namespace-controller"
+    argv = [
         str(binaries / "kube-controller-manager"),
         f"--kubeconfig={kubeconfig}",
-        "--controllers=garbage-collector-controller,namespace-controller",
+        f"--controllers={controllers}",
         "--use-service-account-credentials=false",
         "--leader-elect=false",
         f"--bind-address={LOOPBACK}",
@@ -464,6 +515,13 @@ def _kcm_argv(binaries: Path, layout: Layout, port: int) -> list[str]:
         "--profiling=false",
         "--v=2",
     ]
+    if layout.node_address:
+        argv += [
+            f"--root-ca-file={layout.serving_ca_cert}",
+            f"--service-account-private-key-file={certs / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+        ]
+    return argv
 
 
 def load_crd_documents(folders: Sequence[Path]) -> list[dict[str, Any]]:
@@ -537,13 +595,15 @@ def _new_run_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="uds-envtest-"))
 
 
-def _start_once(state_dir: Path, crds: Sequence[dict[str, Any]], tie_to_parent: bool) -> ControlPlane:
+def _start_once(
+    state_dir: Path, crds: Sequence[dict[str, Any]], tie_to_parent: bool, node_address: str | None
+) -> ControlPlane:
     binaries = find_bin_dir()
     state_dir.mkdir(parents=True, exist_ok=True)
-    layout = Layout(state_dir=state_dir, run_dir=_new_run_dir())
+    layout = Layout(state_dir=state_dir, run_dir=_new_run_dir(), node_address=node_address)
     started = time.monotonic()
     etcd_port, peer_port, api_port, kcm_port = (free_loopback_port() for _ in range(4))
-    plane = ControlPlane(layout=layout, server=f"https://{LOOPBACK}:{api_port}")
+    plane = ControlPlane(layout=layout, server=f"https://{layout.api_address}:{api_port}")
     try:
         _write_pki(layout, plane.server)
         plane.timings["certs"] = time.monotonic() - started
@@ -623,16 +683,24 @@ def _kcm_healthy(url: str, layout: Layout) -> bool:
 
 
 def start(
-    state_dir: Path, crd_folders: Sequence[Path] | None = None, *, tie_to_parent: bool = False
+    state_dir: Path,
+    crd_folders: Sequence[Path] | None = None,
+    *,
+    tie_to_parent: bool = False,
+    node_address: str | None = None,
 ) -> ControlPlane:
-    """Start the plane (CRDs installed and Established); retry with new ports if one was taken meanwhile."""
+    """Start the plane (CRDs installed and Established); retry with new ports if one was taken meanwhile.
+
+    node_address: listen there instead of loopback so a real node's pods can reach the API server
+    (tools/node/); the address must already exist on an interface of this machine.
+    """
     loading = time.monotonic()
     folders = list(crd_folders) if crd_folders is not None else default_crd_folders()
     crds = load_crd_documents(folders)  # before any process starts: a bad file fails fast
     load_s = time.monotonic() - loading
     for attempt in range(3):
         try:
-            plane = _start_once(state_dir, crds, tie_to_parent)
+            plane = _start_once(state_dir, crds, tie_to_parent, node_address)
             plane.timings = {"crd-files": load_s, **plane.timings, "total": plane.timings["total"] + load_s}
             plane._save()
             return plane
@@ -659,8 +727,11 @@ def attach(state_dir: Path) -> ControlPlane | None:
             f"kube-controller-manager by the PIDs it lists, then delete {state_dir}"
         ) from error
     run_dir = Path(state.get("run_dir", state_dir / "missing-run-dir"))
+    node_address = state.get("node_address")
     plane = ControlPlane(
-        layout=Layout(state_dir, run_dir), server=str(state.get("server", "")), records=records
+        layout=Layout(state_dir, run_dir, str(node_address) if node_address else None),
+        server=str(state.get("server", "")),
+        records=records,
     )
     plane.timings = dict(state.get("timings_s", {}))
     plane.crds = list(state.get("crds", []))
@@ -669,13 +740,15 @@ def attach(state_dir: Path) -> ControlPlane | None:
 
 @contextlib.contextmanager
 def running_control_plane(
-    state_dir: Path | None = None, crd_folders: Sequence[Path] | None = None
+    state_dir: Path | None = None,
+    crd_folders: Sequence[Path] | None = None,
+    node_address: str | None = None,
 ) -> Iterator[ControlPlane]:
     """Context manager for tests: start a private plane, always stop it and remove every file it made."""
     own_dir = state_dir is None
     folder = Path(tempfile.mkdtemp(prefix="uds-envtest-state-")) if state_dir is None else state_dir
     try:
-        plane = start(folder, crd_folders, tie_to_parent=True)
+        plane = start(folder, crd_folders, tie_to_parent=True, node_address=node_address)
         try:
             yield plane
         finally:

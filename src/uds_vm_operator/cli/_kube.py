@@ -1,27 +1,79 @@
-"""Kubeconfig loading and a small synchronous JSON client for the CLI commands.
+"""Kubeconfig loading and a small synchronous JSON client, shared by every command that talks to a cluster.
 
-The CLI speaks to the API server through lightkube's configured HTTP client (kubeconfig, TLS, client
-certificates, tokens), and turns every failure into a :class:`CliKubeError` with a message that says what
-to do, so commands can print one line and exit with the right code instead of a traceback.
+:func:`load_cluster_config` is the one way a command gets its cluster: the kubeconfig is checked first
+(:mod:`._kubeconfig`: one line naming the file, the defect and the fix), then read by lightkube, and
+:meth:`ClusterConfig.connecting` turns whatever building a client from it still raises (an SSL error on
+a certificate, say) into the same kind of line. :class:`KubeClient` speaks JSON through lightkube's HTTP
+client (kubeconfig, TLS, client certificates, tokens) and turns every failure into a
+:class:`CliKubeError`; :mod:`._errors` prints it and picks the exit code.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-EXIT_CHECK_FAILED = 1
-EXIT_USAGE = 2
+from uds_vm_operator.cli._errors import EXIT_CHECK_FAILED, EXIT_USAGE, CliError
+from uds_vm_operator.cli._kubeconfig import KubeconfigProblem, check_kubeconfig, resolve_kubeconfig
+
+IN_CLUSTER = "the in-cluster service account"
+T = TypeVar("T")
 
 
-class CliKubeError(Exception):
+class CliKubeError(CliError):
     """A failure talking to the cluster; ``exit_code`` follows the CLI contract (1 check, 2 usage)."""
 
     def __init__(self, message: str, exit_code: int = EXIT_CHECK_FAILED) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
+        super().__init__(message, exit_code)
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """A checked kubeconfig context (lightkube's ``SingleConfig``) and where it came from, for messages."""
+
+    single: Any
+    source: Path | None
+    """The kubeconfig file, or ``None`` for the in-cluster service account."""
+
+    @property
+    def default_namespace(self) -> str:
+        """The context's namespace, as kubectl would use it."""
+        return getattr(self.single, "namespace", None) or "default"
+
+    @contextmanager
+    def connecting(self) -> Iterator[None]:
+        """Building a client from this config: any failure is the kubeconfig's fault, said in one line."""
+        try:
+            yield
+        except CliError:
+            raise
+        except Exception as exc:  # the client's own checks (SSL, files, auth) raise many kinds
+            raise KubeconfigProblem(
+                self.source or IN_CLUSTER,
+                f"the Kubernetes client cannot use it ({type(exc).__name__}: {exc})",
+            ) from exc
+
+    def build(self, factory: Callable[[Any], T]) -> T:
+        """``factory(single)`` under :meth:`connecting`."""
+        with self.connecting():
+            return factory(self.single)
+
+
+def load_cluster_config(kubeconfig: str | Path | None) -> ClusterConfig:
+    """Check and load ``kubeconfig`` (or $KUBECONFIG, ~/.kube/config, in-cluster); exit 2 when unusable."""
+    from uds_vm_operator.controller.kube import load_kubeconfig  # noqa: PLC0415 (lazy: keeps start-up fast)
+
+    path = resolve_kubeconfig(kubeconfig)
+    if path is not None:
+        check_kubeconfig(path)
+    config = ClusterConfig(single=None, source=path)
+    with config.connecting():
+        single = load_kubeconfig(path)
+    return ClusterConfig(single=single, source=path)
 
 
 class KubeClient:
@@ -31,17 +83,10 @@ class KubeClient:
         import httpx2  # noqa: PLC0415 (lazy: keeps start-up fast)
         from lightkube.config import client_adapter  # noqa: PLC0415 (lazy: keeps start-up fast)
 
-        from uds_vm_operator.controller.errors import KubeConfigError  # noqa: PLC0415 (lazy: keeps start-up fast)
-        from uds_vm_operator.controller.kube import load_kubeconfig  # noqa: PLC0415 (lazy: keeps start-up fast)
-
-        try:
-            config = load_kubeconfig(kubeconfig)
-        except KubeConfigError as exc:
-            raise CliKubeError(str(exc), EXIT_USAGE) from exc
-        self.default_namespace: str = getattr(config, "namespace", None) or "default"
-        self._http = client_adapter.Client(
-            config, client_adapter.ConnectionParams(timeout=httpx2.Timeout(timeout_s))
-        )
+        config = load_cluster_config(kubeconfig)
+        self.default_namespace: str = config.default_namespace
+        params = client_adapter.ConnectionParams(timeout=httpx2.Timeout(timeout_s))
+        self._http = config.build(lambda single: client_adapter.Client(single, params))
 
     def close(self) -> None:
         """Release the connection pool."""
@@ -71,8 +116,14 @@ class KubeClient:
         if body is not None:
             content = json.dumps(body).encode()
             headers["Content-Type"] = content_type
+        from lightkube.core.exceptions import ConfigError  # noqa: PLC0415 (lazy: keeps start-up fast)
+
         try:
             response = self._http.request(method, path, content=content, headers=headers, params=params)
+        except ConfigError as exc:  # raised while authenticating: an exec plugin or token file failed
+            raise CliKubeError(
+                f"the kubeconfig's credentials failed for {what} ({exc}); check its user entry", EXIT_USAGE
+            ) from exc
         except httpx2.TransportError as exc:
             raise CliKubeError(
                 f"cannot reach the API server for {what} ({exc}); check the cluster is up and the kubeconfig "
@@ -82,9 +133,18 @@ class KubeClient:
             return None
         if response.status_code >= 400:
             try:
-                detail = response.json().get("message", response.text)
+                answer = response.json()
             except ValueError:
-                detail = response.text
+                answer = None
+            detail = answer.get("message", response.text) if isinstance(answer, dict) else response.text
             raise CliKubeError(f"{what} failed: HTTP {response.status_code}: {detail}")
-        decoded: dict[str, Any] = response.json() if response.content else {}
+        try:
+            decoded = response.json() if response.content else {}
+        except ValueError as exc:
+            raise CliKubeError(
+                f"{what}: the API server answered HTTP {response.status_code} with a body that is not JSON; "
+                "check the kubeconfig server URL points at a Kubernetes API server"
+            ) from exc
+        if not isinstance(decoded, dict):
+            raise CliKubeError(f"{what}: the API server answered with JSON that is not an object")
         return decoded

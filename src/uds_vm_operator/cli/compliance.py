@@ -17,24 +17,18 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from uds_vm_operator.cli._errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
+from uds_vm_operator.cli._inputs import regular_file
+from uds_vm_operator.cli._output import write_file
 from uds_vm_operator.compliance.assessment import (
     SATISFIED,
     build_assessment_results,
     summary,
 )
 from uds_vm_operator.compliance.component import load_component_definition
-from uds_vm_operator.compliance.errors import ComplianceError
 from uds_vm_operator.compliance.evaluate import assess, required_api_keys
 
-EXIT_OK = 0
-EXIT_CHECK_FAILED = 1
-EXIT_USAGE = 2
 PACKAGED_COMPONENT_HREF = "uds-vm-operator:compliance/oscal-component.yaml"
-
-
-def _fail_usage(console: Console, message: str) -> typer.Exit:
-    console.print(f"[red]error:[/red] {message}")
-    return typer.Exit(EXIT_USAGE)
 
 
 def register(app: typer.Typer) -> None:
@@ -73,21 +67,20 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Evaluate every control for every UDSVirtualMachine and report satisfied / not-satisfied."""
         console = Console(stderr=as_json)
-        component = Path(component_path) if component_path else None
+        component = regular_file(Path(component_path), option="--component") if component_path else None
         output = Path(output_path) if output_path else None
         if namespace and all_namespaces:
-            raise _fail_usage(console, "give either --namespace or --all-namespaces, not both")
+            raise UsageError("give either --namespace or --all-namespaces, not both")
         started = datetime.now(UTC)
-        try:
-            # Imported here: lightkube is only needed once a cluster is actually contacted.
-            from uds_vm_operator.compliance.collect import collect, make_client  # noqa: PLC0415 (lazy: fast --help)
+        # Imported here: lightkube is only needed once a cluster is actually contacted.
+        from uds_vm_operator.cli._kube import load_cluster_config  # noqa: PLC0415 (lazy: fast --help)
+        from uds_vm_operator.compliance.collect import collect, make_client  # noqa: PLC0415 (lazy: fast --help)
 
-            controls = load_component_definition(component)
-            client = make_client(kubeconfig)
-            snapshot = collect(client, required_api_keys(controls), namespace or None)
-            findings = assess(controls, snapshot)
-        except ComplianceError as exc:
-            raise _fail_usage(console, str(exc)) from None
+        # ComplianceError (bad component definition, unreachable cluster) is a usage error: see _errors.
+        controls = load_component_definition(component)
+        client = load_cluster_config(kubeconfig).build(make_client)
+        snapshot = collect(client, required_api_keys(controls), namespace or None)
+        findings = assess(controls, snapshot)
         finished = datetime.now(UTC)
         control_ids = [c.control_id for c in controls]
         if output is not None:
@@ -98,16 +91,12 @@ def register(app: typer.Typer) -> None:
                 started=started,
                 finished=finished,
             )
-            try:
-                output.parent.mkdir(parents=True, exist_ok=True)
-                text = (
-                    json.dumps(document, indent=2)
-                    if output.suffix == ".json"
-                    else yaml.safe_dump(document, sort_keys=False, width=120)
-                )
-                output.write_text(text)
-            except OSError as exc:
-                raise _fail_usage(console, f"cannot write {output}: {exc.strerror}") from None
+            text = (
+                json.dumps(document, indent=2)
+                if output.suffix == ".json"
+                else yaml.safe_dump(document, sort_keys=False, width=120)
+            )
+            write_file(output, text, option="--output", make_parents=True)
         rows = summary(findings)
         ok = bool(findings) and all(f.satisfied for f in findings)
         if as_json:

@@ -20,8 +20,9 @@ import typer
 import yaml
 
 from uds_vm_operator import MANAGED_BY_LABEL
+from uds_vm_operator.cli._errors import UsageError
+from uds_vm_operator.cli._output import write_file
 
-EXIT_USAGE = 2
 CLONER_ROLE = "golden-image-cloner"
 STORAGE_GUARD_QUOTA = "golden-image-storage-guard"
 GOLDEN_NAMESPACE_LABEL = "uds.dev/golden-images"
@@ -32,8 +33,11 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
-class GoldenImageUsageError(ValueError):
-    """The options do not describe a valid golden-image setup; the message says which and how to fix it."""
+class GoldenImageUsageError(UsageError, ValueError):
+    """The options do not describe a valid golden-image setup; the message says which and how to fix it.
+
+    A :class:`UsageError` for the CLI (exit 2), and a ``ValueError`` for callers of the pure builder.
+    """
 
 
 def _check_namespace(value: str, option: str) -> None:
@@ -198,28 +202,18 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         """Print the manifests of a golden-image namespace that consumers may clone from but not write to."""
-        try:
-            manifests = golden_image_manifests(
-                image_namespace,
-                consumer_namespaces,
-                storage_class=storage_class,
-                quota=quota,
-                service_accounts=service_accounts or [DEFAULT_OPERATOR_SERVICE_ACCOUNT],
-            )
-        except GoldenImageUsageError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(EXIT_USAGE) from None
+        manifests = golden_image_manifests(
+            image_namespace,
+            consumer_namespaces,
+            storage_class=storage_class,
+            quota=quota,
+            service_accounts=service_accounts or [DEFAULT_OPERATOR_SERVICE_ACCOUNT],
+        )
         text = to_yaml(manifests)
         if output is None:
             typer.echo(text, nl=False)
             return
-        try:
-            output.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            typer.echo(
-                f"error: cannot write {output}: {exc.strerror or exc}; choose another --output path", err=True
-            )
-            raise typer.Exit(EXIT_USAGE) from None
+        write_file(output, text, option="--output")
         typer.echo(f"wrote {len(manifests)} manifests to {output}", err=True)
 
     app.add_typer(group, name="golden-image")

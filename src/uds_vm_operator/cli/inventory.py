@@ -15,6 +15,7 @@ from typing import Any
 
 import typer
 
+from uds_vm_operator.cli._errors import UsageError
 from uds_vm_operator.cli._kube import CliKubeError, KubeClient
 
 POOL_LABEL = "uds.dev/pool"
@@ -188,20 +189,15 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         if namespace and all_namespaces:
-            typer.echo("error: use either --namespace or --all-namespaces, not both", err=True)
-            raise typer.Exit(2)
+            raise UsageError("use either --namespace or --all-namespaces, not both")
         now = datetime.now(UTC)
-        try:
-            with KubeClient(kubeconfig) as client:
-                if pools_only:
-                    pools = _list_pools(client, namespace, now, required=True)
-                    vms: list[dict[str, Any]] = []
-                else:
-                    vms = _list_vms(client, namespace, now)
-                    pools = [] if as_json else _list_pools(client, namespace, now, required=False)
-        except CliKubeError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(exc.exit_code) from None
+        with KubeClient(kubeconfig) as client:
+            if pools_only:
+                pools = _list_pools(client, namespace, now, required=True)
+                vms: list[dict[str, Any]] = []
+            else:
+                vms = _list_vms(client, namespace, now)
+                pools = [] if as_json else _list_pools(client, namespace, now, required=False)
         if as_json:
             typer.echo(json.dumps(pools if pools_only else vms, indent=2))
             return

@@ -40,13 +40,8 @@ def register(app: typer.Typer) -> None:
         ),
     ) -> None:
         """Start, stop or restart a VM without deleting anything."""
-        try:
-            with KubeClient(kubeconfig) as client:
-                ns = namespace or client.default_namespace
-                message = _power(client, action, name, ns)
-        except CliKubeError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(exc.exit_code) from None
+        with KubeClient(kubeconfig) as client:
+            message = _power(client, action, name, namespace or client.default_namespace)
         typer.echo(message)
 
 

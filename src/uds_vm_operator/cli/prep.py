@@ -3,7 +3,9 @@
 Detects the format, reads the virtual size from the headers, refuses images that depend on other files,
 streams the SHA-256 of the file (and of the virtual disk's content, which is what the operator verifies in
 the PVC), computes the deterministic PVC size, prints a report and optionally writes the manifests.
-Exit codes: 0 ok, 1 check failed (air-gap violation, corrupt or unsupported image), 2 usage error.
+Exit codes: 0 ok, 1 check failed (air-gap violation, corrupt or unsupported image), 2 usage error. A
+failure is raised, and :mod:`._errors` prints its one line: an unreadable path is an ``OSError`` naming
+it, a bad image an ``ImageError`` (whose message names the file), a bad flag a :class:`UsageError`.
 """
 
 from __future__ import annotations
@@ -17,13 +19,10 @@ import typer
 
 from uds_vm_operator import __version__
 from uds_vm_operator.cli import prep_manifests as pm
-from uds_vm_operator.cli._output import TerminalProgress, fail, stderr_is_terminal
-from uds_vm_operator.images import ImageError, ImageSurvey, NotAFileError, survey_image
+from uds_vm_operator.cli._errors import CheckFailed, UsageError
+from uds_vm_operator.cli._output import TerminalProgress, stderr_is_terminal, write_files
+from uds_vm_operator.images import ImageError, ImageSurvey, survey_image
 from uds_vm_operator.sizing import DEFAULT_OVERHEAD_PERCENT, pvc_size
-
-EXIT_OK = 0
-EXIT_CHECK_FAILED = 1
-EXIT_USAGE = 2
 
 
 @dataclass(frozen=True)
@@ -87,21 +86,11 @@ def register(app: typer.Typer) -> None:
             as_json=as_json,
             content_digest=not no_content_digest,
         )
-        raise typer.Exit(run_prep(options))
+        run_prep(options)
 
 
-def run_prep(options: PrepOptions) -> int:
-    """Run the command; every failure becomes a one-line message and an exit code, never a traceback."""
-    try:
-        return _run(options)
-    except typer.Exit as done:
-        return int(done.exit_code)
-    except KeyboardInterrupt:
-        typer.echo("error: interrupted", err=True)
-        return 130
-
-
-def _run(options: PrepOptions) -> int:
+def run_prep(options: PrepOptions) -> None:
+    """Survey the image, print the report and write the manifests; raise on any failure (see above)."""
     target = _validate(options)
     try:
         if stderr_is_terminal():
@@ -114,50 +103,33 @@ def _run(options: PrepOptions) -> int:
                 )
         else:
             survey = survey_image(options.image, sha512=options.sha512, content_digest=options.content_digest)
-    except FileNotFoundError:
-        raise fail(f"{options.image}: no such file", EXIT_USAGE) from None
-    except NotAFileError:
-        raise fail(
-            f"{options.image}: not a regular file (give the path of a disk image)", EXIT_USAGE
-        ) from None
-    except PermissionError:
-        raise fail(f"{options.image}: permission denied (check the file's permissions)", EXIT_USAGE) from None
     except ImageError as exc:
         _emit_error_json(options, str(exc))
-        raise fail(str(exc), EXIT_CHECK_FAILED) from None
-    except OSError as exc:
-        raise fail(f"{options.image}: cannot read: {exc.strerror or exc}", EXIT_USAGE) from None
+        raise
 
     report = build_report(survey)
     if not survey.info.airgap_verified:
         violation = _violation_message(survey)
         report["error"] = violation
         _print_report(options, report)
-        raise fail(violation, EXIT_CHECK_FAILED)
-    written: list[str] = []
-    if target is not None:
-        try:
-            written = write_manifests(report, target, options)
-        except OSError as exc:
-            raise fail(
-                f"cannot write manifests to {options.output_dir}: {exc.strerror or exc}", EXIT_USAGE
-            ) from None
-    report["written_files"] = written
+        raise CheckFailed(violation)
+    report["written_files"] = write_manifests(report, target, options) if target is not None else []
     _print_report(options, report)
-    return EXIT_OK
 
 
 def _validate(options: PrepOptions) -> pm.ManifestTarget | None:
     if options.golden_image and not options.data_source_name:
-        raise fail("--golden-image needs --data-source-name NAME", EXIT_USAGE)
+        raise UsageError("--golden-image needs --data-source-name NAME")
     if options.data_source_name and not options.golden_image:
-        raise fail("--data-source-name is only used with --golden-image", EXIT_USAGE)
+        raise UsageError("--data-source-name is only used with --golden-image")
     name = options.name if options.name is not None else pm.default_name(os.path.basename(options.image))
     for label, value in (("--name", name), ("--namespace", options.namespace)):
         if not pm.is_dns_label(value):
-            raise fail(f"{label} {value!r} is not a valid name (lower-case letters, digits, '-', max 63)", 2)
+            raise UsageError(
+                f"{label} {value!r} is not a valid name (lower-case letters, digits, '-', max 63)"
+            )
     if options.data_source_name and not pm.is_dns_label(options.data_source_name):
-        raise fail(f"--data-source-name {options.data_source_name!r} is not a valid name", EXIT_USAGE)
+        raise UsageError(f"--data-source-name {options.data_source_name!r} is not a valid name")
     if options.output_dir is None and not (options.zarf or options.golden_image):
         return None
     return pm.ManifestTarget(
@@ -206,11 +178,10 @@ def _violation_message(survey: ImageSurvey) -> str:
 
 
 def write_manifests(report: dict[str, Any], target: pm.ManifestTarget, options: PrepOptions) -> list[str]:
-    """Write the manifests into the output directory (created if needed); return the paths written."""
+    """Write the manifests into the output directory (created if needed), all or none; return their paths."""
     import yaml  # noqa: PLC0415 (only needed here; keeps `prep --json` start-up short)
 
     out_dir = options.output_dir or "."
-    os.makedirs(out_dir, exist_ok=True)
     record = pm.image_record(report, target)
     documents: dict[str, str] = {
         f"{target.name}.udsvm.yaml": yaml.safe_dump(pm.udsvm_manifest(report, target), sort_keys=False),
@@ -230,13 +201,8 @@ def write_manifests(report: dict[str, Any], target: pm.ManifestTarget, options: 
         documents["zarf-component.yaml"] = yaml.safe_dump(
             pm.zarf_package(report, target, image_path, manifests), sort_keys=False
         )
-    written = []
-    for file_name, text in documents.items():
-        path = os.path.join(out_dir, file_name)
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        written.append(path)
-    return written
+    write_files(out_dir, documents, option="--output-dir")
+    return [os.path.join(out_dir, file_name) for file_name in documents]
 
 
 def _emit_error_json(options: PrepOptions, message: str) -> None:

@@ -8,11 +8,13 @@ The operator still verifies the bytes that landed in the PVC before the VM may r
 saves a wasted transfer.
 
 Exit codes: 0 uploaded, 1 a check or the upload failed (nothing half-done is left behind: re-running is
-always safe), 2 usage error.
+always safe), 2 usage error. Failures are raised (:class:`UploadError`, :class:`UsageError`) and printed
+by :mod:`._errors`.
 """
 
 from __future__ import annotations
 
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +32,8 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from uds_vm_operator.cli._errors import EXIT_OK, UsageError
+from uds_vm_operator.cli._kube import load_cluster_config
 from uds_vm_operator.cli.upload_proxy import (
     LocalDigestMismatchError,
     ProxyTarget,
@@ -42,10 +46,6 @@ from uds_vm_operator.verify.digest import parse_digest
 from uds_vm_operator.verify.errors import VerifyError
 from uds_vm_operator.verify.reader import hash_prefix
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-
 UDS_VM_PATH = "/apis/uds.dev/v1alpha1/namespaces/{namespace}/udsvirtualmachines/{name}"
 DATA_VOLUME_PATH = "/apis/cdi.kubevirt.io/v1beta1/namespaces/{namespace}/datavolumes/{name}"
 TOKEN_REQUEST_PATH = "/apis/upload.cdi.kubevirt.io/v1beta1/namespaces/{namespace}/uploadtokenrequests"
@@ -54,10 +54,6 @@ TOKEN_REFRESH_AFTER_S = 120.0
 """CDI tokens are valid for 5 minutes; after a long wait for UploadReady we ask for a fresh one."""
 
 WAITING_PHASES = {"", "Pending", "PVCBound", "WaitForFirstConsumer", "PendingPopulation", "UploadScheduled"}
-
-
-class UsageError(Exception):
-    """The command line or the environment is wrong (exit 2); the message says how to fix it."""
 
 
 @dataclass(frozen=True)
@@ -89,18 +85,11 @@ class ClusterClient:
         import httpx2  # noqa: PLC0415
         from lightkube.config import client_adapter  # noqa: PLC0415
 
-        from uds_vm_operator.controller.errors import KubeConfigError  # noqa: PLC0415
-        from uds_vm_operator.controller.kube import load_kubeconfig  # noqa: PLC0415
-
-        try:
-            single = load_kubeconfig(kubeconfig)
-            params = client_adapter.ConnectionParams(timeout=httpx2.Timeout(15.0), trust_env=False)
-            http = client_adapter.Client(single, params)
-        except KubeConfigError as exc:
-            raise UsageError(str(exc)) from exc
-        except (OSError, ValueError, AssertionError) as exc:
-            raise UsageError(f"the kubeconfig is not usable ({exc}); pass --kubeconfig PATH") from exc
-        return cls(http, getattr(single, "namespace", None) or "default")
+        config = load_cluster_config(kubeconfig)
+        params = client_adapter.ConnectionParams(timeout=httpx2.Timeout(15.0), trust_env=False)
+        return cls(
+            config.build(lambda single: client_adapter.Client(single, params)), config.default_namespace
+        )
 
     def close(self) -> None:
         """Release the connection pool."""
@@ -111,11 +100,14 @@ class ClusterClient:
     ) -> tuple[int, dict[str, Any]]:
         """Send one request; return the status code and the decoded JSON body (``{}`` if not JSON)."""
         import httpx2  # noqa: PLC0415
+        from lightkube.core.exceptions import ConfigError  # noqa: PLC0415
 
         try:
             response = self._http.request(
                 method, path, json=body, headers={"Accept": "application/json"}, params=None
             )
+        except ConfigError as exc:  # raised while authenticating: an exec plugin or token file failed
+            raise UsageError(f"the kubeconfig's credentials failed ({exc}); check its user entry") from exc
         except httpx2.TransportError as exc:
             raise UploadError(
                 f"cannot reach the API server ({' '.join(str(exc).split())[:200]}); check the kubeconfig"
@@ -137,32 +129,30 @@ class ClusterClient:
 
 
 def run_upload(options: UploadOptions, console: Console) -> int:
-    """Run the whole upload; return the exit code. Messages go to ``console`` (stderr)."""
-    try:
-        _check_usage(options)
-        cluster = ClusterClient.connect(options.kubeconfig)
-    except UsageError as exc:
-        console.print(f"[red]error:[/] {exc}", highlight=False)
-        return EXIT_USAGE
+    """Run the whole upload and return 0; progress goes to ``console`` (stderr), failures are raised."""
+    _check_usage(options)
+    cluster = ClusterClient.connect(options.kubeconfig)
     try:
         return _upload(options, cluster, console)
-    except UsageError as exc:
-        console.print(f"[red]error:[/] {exc}", highlight=False)
-        return EXIT_USAGE
-    except UploadError as exc:
-        console.print(f"[red]error:[/] {exc}", highlight=False)
-        return EXIT_FAILED
     finally:
         cluster.close()
 
 
 def _check_usage(options: UploadOptions) -> None:
     image = options.image
-    if not image.exists():
-        raise UsageError(f"image {image} does not exist")
-    if not image.is_file():
-        raise UsageError(f"image {image} is not a regular file")
-    if image.stat().st_size == 0:
+    try:
+        info = image.stat()
+    except FileNotFoundError:
+        raise UsageError(f"image {image} does not exist") from None
+    except OSError as exc:
+        raise UsageError(
+            f"image {image} cannot be read: {exc.strerror or exc}; give the image file"
+        ) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise UsageError(
+            f"image {image} is not a regular file (a directory or a device); give the image file"
+        )
+    if info.st_size == 0:
         raise UsageError(f"image {image} is empty")
     if options.insecure and options.ca_file is not None:
         raise UsageError("--insecure and --ca-file contradict each other; pass only one")

@@ -18,12 +18,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from uds_vm_operator.cli._errors import CheckFailed
+
 UPLOAD_PATH = "/v1beta1/upload"
 CHUNK_BYTES = 4 << 20
 
 
-class UploadError(Exception):
-    """Base of every upload failure; ``str()`` is the one line shown to the user."""
+class UploadError(CheckFailed):
+    """Base of every upload failure (exit 1); ``str()`` is the one line shown to the user."""
 
 
 class LocalDigestMismatchError(UploadError):

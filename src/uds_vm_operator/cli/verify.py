@@ -16,7 +16,8 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from uds_vm_operator.cli._kube import EXIT_USAGE, CliKubeError, KubeClient
+from uds_vm_operator.cli._errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE
+from uds_vm_operator.cli._kube import CliKubeError, KubeClient
 from uds_vm_operator.controller.verification import (
     VERIFICATION_ANNOTATION,
     VERIFIED_BY_CDI,
@@ -28,8 +29,8 @@ from uds_vm_operator.controller.verification import (
 from uds_vm_operator.verify.digest import digest_or_none
 from uds_vm_operator.verify.result import parse_result
 
-EXIT_VERIFIED = 0
-EXIT_NOT_VERIFIED = 1
+EXIT_VERIFIED = EXIT_OK
+EXIT_NOT_VERIFIED = EXIT_CHECK_FAILED
 
 
 def gather_evidence(client: KubeClient, name: str, namespace: str) -> dict[str, Any]:
@@ -224,13 +225,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Show the SI-7 verification state and evidence; exit 0 only when verified."""
         console = Console(soft_wrap=True)
-        errors = Console(stderr=True, soft_wrap=True)
-        try:
-            with KubeClient(kubeconfig) as client:
-                evidence = gather_evidence(client, name, namespace or client.default_namespace)
-        except CliKubeError as exc:
-            errors.print(f"[red]error:[/] {exc}", highlight=False)
-            raise typer.Exit(exc.exit_code) from None
+        with KubeClient(kubeconfig) as client:
+            evidence = gather_evidence(client, name, namespace or client.default_namespace)
         if as_json:
             typer.echo(json.dumps(evidence, indent=2, sort_keys=True))
         else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from lightkube import ALL_NS, ApiError, Client, ConfigError, KubeConfig
+from lightkube import ALL_NS, ApiError, Client, ConfigError, KubeConfig, SingleConfig
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 
 from uds_vm_operator.compliance.errors import CollectionError
@@ -36,11 +36,12 @@ KINDS = {
 }
 
 
-def make_client(kubeconfig: str | None) -> Client:
-    """A read-only client from an explicit kubeconfig, else $KUBECONFIG / ~/.kube/config / in-cluster."""
+def make_client(config: SingleConfig | KubeConfig | str | None) -> Client:
+    """A read-only client for a loaded kubeconfig context (what ``uds-vmctl`` passes, already checked), a
+    kubeconfig path, or else $KUBECONFIG / ~/.kube/config / in-cluster."""
     try:
-        config = KubeConfig.from_file(kubeconfig) if kubeconfig else None
-        return Client(config=config) if config else Client()
+        loaded = KubeConfig.from_file(config) if isinstance(config, str) else config
+        return Client(config=loaded) if loaded else Client()
     except (ConfigError, OSError) as exc:
         raise CollectionError(
             f"cannot load a kubeconfig ({exc}); pass --kubeconfig PATH or set KUBECONFIG"

@@ -155,6 +155,8 @@ def load_component_definition(path: Path | None) -> list[LinkedControl]:
         doc = yaml.safe_load(path.read_text())
     except OSError as exc:
         raise ComponentDefinitionError(f"cannot read {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ComponentDefinitionError(f"{path} is binary, not a YAML component definition") from exc
     except yaml.YAMLError as exc:
         raise ComponentDefinitionError(f"{path} is not valid YAML: {exc}") from exc
     if not isinstance(doc, dict):

@@ -1,0 +1,193 @@
+"""The real-node tier's handle on the running node: API access, pods, their container PIDs, volumes.
+
+Nothing here plays a component: pods are scheduled by kube-scheduler, started by the kubelet through
+containerd, wired by the CNI bridge plugin; Services go through kube-proxy; policies through kube-router.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import node_configs as cfg
+import volumes
+
+import node
+from integration.operator_harness import Api
+
+T = TypeVar("T")
+
+RESTRICTED_CONTEXT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "runAsUser": 65532,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def wait_until(
+    what: str, probe: Callable[[], T | None], timeout_s: float = 90.0, interval_s: float = 0.5
+) -> T:
+    """Poll until probe returns something truthy; fail with `what` (never a bare sleep)."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last: {last!r})")
+
+
+@dataclass
+class NodeHandle:
+    """What a node test needs: the state dir, the API, the registry and the busybox image in it."""
+
+    state_dir: Path
+    paths: cfg.NodePaths
+    kubeconfig: Path
+    api: Api
+    registry: str
+    busybox: str
+    created_pvs: list[str] = field(default_factory=list)
+
+    def create(self, manifest: dict[str, Any], collection: str) -> dict[str, Any]:
+        """POST with Strict field validation; anything but 201 fails the test with the API's message."""
+        code, payload = self.api.call(
+            "POST",
+            collection,
+            manifest,
+            params={"fieldManager": "uds-node-tests", "fieldValidation": "Strict"},
+            expect=(201,),
+        )
+        assert code == 201
+        return dict(payload)
+
+    # -------------------------------------------------------------------- namespaces and pods
+
+    def namespace(self, prefix: str, labels: dict[str, str] | None = None) -> str:
+        name = f"{prefix}-{secrets.token_hex(3)}"
+        self.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": name, "labels": {"uds-vm-operator.dev/test": "true", **(labels or {})}},
+            },
+            "/api/v1/namespaces",
+        )
+        return name
+
+    def delete_namespace(self, name: str) -> None:
+        self.api.delete(f"/api/v1/namespaces/{name}")
+
+    def server_pod(
+        self,
+        namespace: str,
+        name: str,
+        labels: dict[str, str],
+        ports: tuple[int, ...] = (8080,),
+        *,
+        udp: bool = False,
+    ) -> dict[str, Any]:
+        """A busybox pod that accepts TCP on each port (httpd), as a target for probes."""
+        script = " & ".join(f"httpd -f -p {port} -h /tmp" for port in ports) + " & wait"
+        return self.run_pod(namespace, name, labels, ["sh", "-c", script], ports)
+
+    def client_pod(self, namespace: str, name: str, labels: dict[str, str]) -> dict[str, Any]:
+        """A pod that only sleeps: probes run in its network namespace from the host."""
+        return self.run_pod(namespace, name, labels, ["sleep", "3600"], ())
+
+    def run_pod(
+        self, namespace: str, name: str, labels: dict[str, str], command: list[str], ports: tuple[int, ...]
+    ) -> dict[str, Any]:
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {
+                "terminationGracePeriodSeconds": 1,
+                "automountServiceAccountToken": False,
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": self.busybox,
+                        "command": command,
+                        "ports": [{"containerPort": port} for port in ports],
+                        "securityContext": RESTRICTED_CONTEXT,
+                    }
+                ],
+            },
+        }
+        self.create(pod, f"/api/v1/namespaces/{namespace}/pods")
+        return self.wait_running(namespace, name)
+
+    def wait_running(self, namespace: str, name: str, timeout_s: float = 120.0) -> dict[str, Any]:
+        def running() -> dict[str, Any] | None:
+            pod = self.api.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+            if pod is None:
+                return None
+            statuses = pod.get("status", {}).get("containerStatuses") or []
+            if pod["status"].get("phase") == "Running" and statuses and all(s.get("ready") for s in statuses):
+                return pod
+            return None
+
+        return wait_until(f"pod {namespace}/{name} Running and Ready", running, timeout_s)
+
+    def container_pid(self, pod: dict[str, Any]) -> int:
+        """The host PID of the pod's first container, from containerd's own task list."""
+        container_id = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+        out = subprocess.run(
+            ["ctr", "--address", str(self.paths.containerd_socket), "-n", "k8s.io", "tasks", "ls"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for line in out.splitlines()[1:]:
+            fields = line.split()
+            if fields and fields[0] == container_id:
+                return int(fields[1])
+        raise AssertionError(f"containerd runs no task {container_id}")
+
+    # -------------------------------------------------------------------- volumes
+
+    def volume(
+        self,
+        size_bytes: int,
+        mode: Literal["Filesystem", "Block"] = "Filesystem",
+        filesystem: volumes.Filesystem = "ext4",
+        content: bytes | None = None,
+        claim: tuple[str, str] | None = None,
+    ) -> volumes.LocalVolume:
+        """A real loop-backed volume offered as a static local PV (pre-bound to `claim` when given)."""
+        volume = volumes.make_volume(self.paths, size_bytes, mode, filesystem, content)
+        self.create(volume.persistent_volume(claim=claim), "/api/v1/persistentvolumes")
+        self.created_pvs.append(volume.name)
+        return volume
+
+
+def load_handle(state_dir: Path) -> NodeHandle:
+    paths = cfg.NodePaths(state_dir=state_dir.resolve(), run_dir=_run_dir(state_dir))
+    return NodeHandle(
+        state_dir=state_dir,
+        paths=paths,
+        kubeconfig=state_dir / "kubeconfig",
+        api=Api(state_dir / "kubeconfig"),
+        registry=(state_dir / "registry").read_text(encoding="utf-8").strip(),
+        busybox=(state_dir / "busybox-image").read_text(encoding="utf-8").strip(),
+    )
+
+
+def _run_dir(state_dir: Path) -> Path:
+    return node.paths_for(state_dir).run_dir
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, indent=1, sort_keys=True)

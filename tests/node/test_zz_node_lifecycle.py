@@ -1,0 +1,108 @@
+"""The node's life cycle on this machine: a crash (every process SIGKILLed, plane included) is followed by a
+working `node-up`, and `cluster-down` leaves nothing behind — no process, mount, veth, bridge, loop device,
+network namespace, ipset or iptables chain/rule that was not there before the node came up.
+
+Runs last in the tier (file name), and leaves the session's node stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import host_baseline
+import node_configs as cfg
+import probes
+from node_cluster import NodeHandle, load_handle
+
+import node as node_launcher
+from processes import ProcessRecord
+
+
+def _all_records(state: Path) -> list[ProcessRecord]:
+    records = [
+        ProcessRecord.from_json(r) for r in json.loads(node_launcher.paths_for(state).pids.read_text())
+    ]
+    plane = json.loads((state / "pids.json").read_text())
+    return records + [ProcessRecord.from_json(r) for r in plane]
+
+
+def _processes_mentioning(*needles: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(needle in cmdline for needle in needles) and "pytest" not in cmdline:
+            found.append(f"{entry.name}: {cmdline[:160]}")
+    return found
+
+
+def _loop_devices_backed_by(folder: Path) -> list[str]:
+    listing = json.loads(
+        subprocess.run(["losetup", "-J"], capture_output=True, text=True, check=True).stdout
+        or '{"loopdevices": []}'
+    )
+    return [
+        d["name"]
+        for d in listing.get("loopdevices", [])
+        if str(d.get("back-file", "")).startswith(str(folder))
+    ]
+
+
+def test_a_crashed_node_comes_back_and_cluster_down_leaves_nothing(node: NodeHandle) -> None:
+    state = node.state_dir.resolve()
+    paths = node_launcher.paths_for(state)
+    baseline = host_baseline.HostBaseline.load(paths.host_state)
+    assert baseline is not None
+    # Something on the node that leaves marks: a pod (veth, netns, mounts, cgroups) and a loop-backed volume.
+    ns = node.namespace("lifecycle")
+    node.client_pod(ns, "survivor", {"app": "survivor"})
+    node.volume(16 * 1024 * 1024, "Filesystem", "ext4")
+
+    # The crash: every process we started dies at once; containers and shims keep running, as after an OOM.
+    for record in _all_records(state):
+        if record.is_alive():
+            os.kill(record.pid, signal.SIGKILL)
+    node.api.close()
+
+    node_launcher.up(state)
+    assert node_launcher.status(state, quiet=True), "node-up after a crash brings a Ready node back"
+    again = load_handle(state)
+    try:
+        ns2 = again.namespace("after-crash")
+        pod = again.client_pod(ns2, "phoenix", {"app": "phoenix"})
+        assert probes.dns(
+            again.container_pid(pod), "kube-dns.kube-system.svc.cluster.local", cfg.CLUSTER_DNS_IP
+        )["addresses"] == [cfg.CLUSTER_DNS_IP]
+        again.volume(16 * 1024 * 1024, "Block")
+    finally:
+        again.api.close()
+
+    removed = node_launcher.down(state, stop_plane=True)
+    assert removed, "down removed what the node had made"
+    assert not _processes_mentioning(str(state), str(paths.run_dir)), (
+        "no process of the node or plane is left"
+    )
+    assert not host_baseline.mounts_under(state, paths.run_dir), "no mount is left"
+    assert (
+        subprocess.run(["ip", "link", "show", cfg.BRIDGE], capture_output=True, check=False).returncode != 0
+    ), "the bridge is gone"
+    assert host_baseline.veth_names() == baseline.veths, "no veth is left"
+    assert [n for n in host_baseline.netns_names() if n not in baseline.netns] == [], (
+        "no network namespace is left"
+    )
+    assert not _loop_devices_backed_by(state), "no loop device is left"
+    assert host_baseline.ipset_names() == baseline.ipsets, "no ipset is left"
+    for tool, tables in baseline.iptables.items():
+        for table, chains in tables.items():
+            assert host_baseline.iptables_rules(tool, table) == chains, f"{tool} -t {table} is as it was"
+    assert host_baseline.kubepods_pids(baseline) == set()
+    assert all(host_baseline.read_sysctl(k) == v for k, v in baseline.sysctls.items()), "sysctls restored"
+    assert not paths.pids.exists() and not (state / "pids.json").exists()
