@@ -68,7 +68,7 @@ node-up: install node-deps node-bins ## add one real node to the control plane (
 node-down: ## stop the real node and remove everything it made (processes, mounts, veths, bridge, loop devices, iptables)
 	@if [ -x $(PY) ]; then $(PY) tools/node/node.py down --state-dir $(ENVTEST_DIR); fi
 
-test: install system-deps node-deps envtest-bins node-bins helm-bin zarf-schema lint crds-check deploy-check compliance-check ## install everything, then run every test tier
+test: install system-deps node-deps envtest-bins node-bins kubevirt-bins helm-bin zarf-schema lint crds-check deploy-check compliance-check ## install everything, then run every test tier
 	$(PY) -m pytest -q tests
 
 test-unit: install ## unit tier only (fast)
@@ -80,7 +80,7 @@ test-images: install system-deps ## image tier only (needs qemu-img)
 test-integration: install envtest-bins ## integration tier only (real control plane)
 	$(PY) -m pytest -q tests/integration
 
-test-node: install node-deps node-bins helm-bin ## real-node tier only (kubelet, containerd, CNI, policies, the operator's image)
+test-node: install node-deps node-bins kubevirt-bins helm-bin ## real-node tier only (kubelet, containerd, CNI, policies, the operator's image)
 	$(PY) -m pytest -q tests/node
 
 bench: install system-deps envtest-bins ## run the benchmarks; JSON results land in bench/results/

@@ -172,8 +172,13 @@ def kubevirt_cr_status(version: str) -> dict[str, Any]:
 
 
 def _apply(client: Client, obj: Mapping[str, Any]) -> None:
+    """Server-side apply; Deployments are created or replaced instead, as virt-operator does: virt-api's
+    container lists port 8443 twice (api and metrics), which server-side apply refuses as a duplicate key."""
     resource = KubeVirtCR.from_dict(dict(obj)) if obj["kind"] == "KubeVirt" else codecs.from_dict(dict(obj))
     metadata = obj["metadata"]
+    if obj["kind"] == "Deployment":
+        _create_or_replace(client, resource, metadata["name"], metadata["namespace"])
+        return
     client._client.request(
         "patch",
         res=type(resource),
@@ -183,6 +188,17 @@ def _apply(client: Client, obj: Mapping[str, Any]) -> None:
         headers={"Content-Type": PatchType.APPLY.value},
         params={"fieldManager": FIELD_MANAGER, "force": "true"},
     )
+
+
+def _create_or_replace(client: Client, resource: Any, name: str, namespace: str) -> None:
+    try:
+        client.create(resource)
+    except ApiError as error:
+        if error.status.code != 409:
+            raise
+        current = client.get(type(resource), name, namespace=namespace)
+        resource.metadata.resourceVersion = current.metadata.resourceVersion
+        client.replace(resource)
 
 
 def _wait(what: str, probe: Callable[[], bool], timeout_s: float = READY_TIMEOUT_S) -> None:
