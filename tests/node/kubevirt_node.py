@@ -71,3 +71,16 @@ def dry_run_create(node: NodeHandle, namespace: str, vm: dict[str, Any]) -> tupl
         params={"dryRun": "All", "fieldValidation": "Strict"},
         expect=(200, 201, 400, 403, 422),
     )
+
+
+def component_logs(node: NodeHandle, component: str = "virt-controller", lines: int = 40) -> str:
+    """The last log lines of a KubeVirt component's pods, for a failing test's message."""
+    out = []
+    for pod in node.api.items("/api/v1/namespaces/kubevirt/pods", label_selector=f"kubevirt.io={component}"):
+        name = pod["metadata"]["name"]
+        try:
+            text = node.api.text(f"/api/v1/namespaces/kubevirt/pods/{name}/log?tailLines={lines}")
+        except Exception as error:  # diagnostics only: never mask the real failure
+            text = f"(no log: {error})"
+        out.append(f"--- {name} ({pod['status'].get('phase')}) ---\n{text}")
+    return "\n".join(out)

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the session fixture)
+    component_logs,
     kubevirt_fixture,
     launcher_pods,
     vm_path,
@@ -86,6 +87,19 @@ def play_cdi_import(node: NodeHandle, namespace: str, dv_name: str) -> None:
     )
 
 
+def stopped_by_virt_controller(node: NodeHandle, namespace: str) -> None:
+    """virt-controller has seen the VM (it writes the printable status); its log in the failure message."""
+    try:
+        wait_until(
+            "virt-controller to report the VM Stopped",
+            lambda: printable_status(node, namespace, "web") == "Stopped",
+            120,
+        )
+    except AssertionError as error:
+        vm = node.api.get(vm_path(namespace, "web"))
+        raise AssertionError(f"{error}\nVM: {vm}\n{component_logs(node)}") from None
+
+
 def printable_status(node: NodeHandle, namespace: str, name: str) -> str | None:
     vm = node.api.get(vm_path(namespace, name)) or {}
     return (vm.get("status") or {}).get("printableStatus")
@@ -120,11 +134,7 @@ def test_a_vm_is_halted_until_verified_then_becomes_a_vmi_and_a_launcher_pod(
     vm = wait_until("the operator's KubeVirt VM", lambda: node.api.get(vm_path(ns, "web")))
     assert vm["spec"]["runStrategy"] == "Halted"  # the declared digest is not verified yet
     # virt-controller has seen the VM (it writes its printable status) and made nothing of it.
-    wait_until(
-        "virt-controller to report the VM Stopped",
-        lambda: printable_status(node, ns, "web") == "Stopped",
-        120,
-    )
+    stopped_by_virt_controller(node, ns)
     assert node.api.get(vmi_path(ns, "web")) is None
     assert launcher_pods(node, ns, "web") == []
 
