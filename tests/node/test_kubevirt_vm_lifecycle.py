@@ -89,7 +89,7 @@ def play_cdi_import(node: NodeHandle, namespace: str, dv_name: str) -> None:
 
 def stopped_by_virt_controller(node: NodeHandle, namespace: str, *expected: str) -> None:
     """virt-controller has seen the VM (it writes the printable status); its log in the failure message.
-    A Halted VM whose DataVolume is still importing is `Provisioning` to KubeVirt (measured), else `Stopped`."""
+    A Halted VM whose DataVolume still imports is `Provisioning` to KubeVirt (measured), else `Stopped`."""
     wanted = expected or ("Stopped",)
     try:
         wait_until(
