@@ -27,6 +27,7 @@ from kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the session fixture
 from node_cluster import NodeHandle, wait_until
 
 from integration.operator_harness import OperatorProcess
+from uds_vm_operator.api.quantity import parse_bytes
 
 SHA = "sha256:" + "a" * 64
 UDS_VM_API = "/apis/uds.dev/v1alpha1"
@@ -65,7 +66,7 @@ def play_cdi_import(node: NodeHandle, namespace: str, dv_name: str) -> None:
         lambda: node.api.get(f"{DV_API}/namespaces/{namespace}/datavolumes/{dv_name}"),
     )
     storage = dv["spec"].get("storage") or dv["spec"].get("pvc") or {}
-    size = int(storage["resources"]["requests"]["storage"])
+    size = parse_bytes(storage["resources"]["requests"]["storage"], field="storage")
     node.volume(size, "Filesystem", "ext4", claim=(namespace, dv_name))
     node.api.create(
         {
