@@ -69,7 +69,7 @@ node-up: install node-deps node-bins ## add one real node to the control plane (
 node-down: ## stop the real node and remove everything it made (processes, mounts, veths, bridge, loop devices, iptables)
 	@if [ -x $(PY) ]; then $(PY) tools/node/node.py down --state-dir $(ENVTEST_DIR); fi
 
-test: install system-deps node-deps envtest-bins node-bins helm-bin zarf-schema guest-image cdi-images lint crds-check deploy-check compliance-check ## install everything, then run every test tier
+test: install system-deps node-deps envtest-bins node-bins kubevirt-bins helm-bin zarf-schema guest-image cdi-images lint crds-check deploy-check compliance-check ## install everything, then run every test tier
 	$(PY) -m pytest -q tests
 
 guest-deps: ## install the Debian packages the guest tier needs (QEMU, mmdebstrap, syslinux, xorriso, cloud-init)
@@ -90,7 +90,7 @@ test-images: install system-deps ## image tier only (needs qemu-img)
 test-integration: install envtest-bins ## integration tier only (real control plane)
 	$(PY) -m pytest -q tests/integration
 
-test-node: install node-deps node-bins helm-bin ## real-node tier only (kubelet, containerd, CNI, policies, the operator's image)
+test-node: install node-deps node-bins kubevirt-bins helm-bin ## real-node tier only (kubelet, containerd, CNI, policies, the operator's image)
 	$(PY) -m pytest -q tests/node
 
 bench: install system-deps envtest-bins ## run the benchmarks; JSON results land in bench/results/
@@ -122,3 +122,15 @@ cdi-up: install cdi-images node-up ## install the real CDI (cdi-operator + CDI r
 
 clean: cluster-down ## remove the virtualenv and local state (the binary cache in ~/.cache stays)
 	rm -rf $(VENV) $(ENVTEST_DIR) .mypy_cache .ruff_cache .pytest_cache
+
+# ---- Real KubeVirt on the test node (issue 16, ADR 0008) --------------------------------------------------------
+.PHONY: kubevirt-bins kubevirt-images kubevirt-up
+kubevirt-bins: ## build (or reuse) KubeVirt's virt-api and virt-controller (KUBEVIRT_VERSION) in ~/.cache/uds-vm-operator
+	@tools/kubevirt/build.sh >/dev/null
+
+kubevirt-images: kubevirt-bins ## their images (Debian minbase) as OCI archives; pushed into the node's registry when it runs
+	@tools/kubevirt/images.sh $(ENVTEST_DIR) >/dev/null
+
+kubevirt-up: node-up kubevirt-images ## real virt-api (webhooks, subresources API) and virt-controller on the node; idempotent
+	@tools/kubevirt/images.sh $(ENVTEST_DIR) >/dev/null
+	$(PY) tools/kubevirt/kubevirt_install.py up --state-dir $(ENVTEST_DIR)

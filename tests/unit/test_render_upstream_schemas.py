@@ -1,7 +1,8 @@
 """Rendered DataVolumes, VirtualMachines and HTTPRoutes against the real upstream CRD schemas, offline.
 
 The schemas are the ones the control plane installs (CDI, KubeVirt, Gateway API at the pinned tags, cached
-by tools/envtest/fetch_crds.py). The checker mirrors what ``fieldValidation=Strict`` and the OpenAPI
+by tools/envtest/fetch_crds.py), and for VirtualMachines also every tag in KUBEVIRT_SCHEMA_VERSIONS (the
+installed v1.8.4 and the newest v1.9.0). The checker mirrors what ``fieldValidation=Strict`` and the OpenAPI
 validation of a real API server reject: unknown fields, wrong types, values outside an enum, missing
 required fields. The integration tier repeats this against a live kube-apiserver; this copy fails fast and
 runs without one.
@@ -17,8 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from fetch_crds import ensure_crds
-from pinned_versions import pinned_versions
+from fetch_crds import ensure_crds, ensure_kubevirt_crds
+from kubevirt_variants import enumerate_variants, vm_kubevirt_paths
+from pinned_versions import kubevirt_schema_versions, pinned_versions
 from uds_vm_operator.api import parse_vm_spec
 from uds_vm_operator.render import ClusterFacts, Owner, render_children
 
@@ -187,3 +189,61 @@ def test_checker_rejects_what_the_real_schemas_reject() -> None:
         vm, _schema(folder, CHECKED_KINDS[("kubevirt.io/v1", "VirtualMachine")], "v1")
     )
     assert any("autoattachGraphicsDevice: expected boolean" in p for p in problems), problems
+
+
+@functools.cache
+def _variants() -> dict[str, dict[str, Any]]:
+    return enumerate_variants().vms
+
+
+def _kubevirt_folder(version: str) -> Path:
+    try:
+        return ensure_kubevirt_crds(version)
+    except Exception as error:
+        pytest.fail(
+            f"KubeVirt {version}'s CRDs could not be fetched ({error}); run tools/envtest/fetch_crds.py"
+        )
+
+
+def test_schema_versions_cover_the_installed_and_the_newest_kubevirt() -> None:
+    versions = kubevirt_schema_versions()
+    assert versions[0] == pinned_versions().kubevirt == "v1.8.4"
+    assert "v1.9.0" in versions
+
+
+@pytest.mark.parametrize("version", kubevirt_schema_versions())
+def test_every_rendered_vm_variant_fits_each_kubevirt_schema(version: str) -> None:
+    schema = _schema(_kubevirt_folder(version), CHECKED_KINDS[("kubevirt.io/v1", "VirtualMachine")], "v1")
+    variants = _variants()
+    assert len(variants) >= 600  # the option space (tests/kubevirt_variants.py); a shrink is a regression
+    rejected = {
+        name: problems for name, vm in variants.items() if (problems := schema_violations(vm, schema))
+    }
+    assert rejected == {}, f"{len(rejected)} of {len(variants)} refused by KubeVirt {version}"
+
+
+def _schema_has(schema: dict[str, Any], path: str) -> bool:
+    node: dict[str, Any] = schema
+    for part in path.strip(".").split("."):
+        if node.get("x-kubernetes-preserve-unknown-fields") or "additionalProperties" in node:
+            return True  # ObjectMeta (kept whole by the API server) and maps: their keys are data
+        key, is_list = (part[:-2], True) if part.endswith("[]") else (part, False)
+        if key not in node.get("properties", {}):
+            return False
+        node = node["properties"][key]
+        if is_list:
+            node = node.get("items", {})
+    return True
+
+
+@pytest.mark.parametrize("version", kubevirt_schema_versions())
+def test_every_field_the_renderer_emits_is_declared_by_each_kubevirt_schema(version: str) -> None:
+    """Stricter than pruning: each emitted spec path must be a declared property, not preserved-unknown."""
+    schema = _schema(_kubevirt_folder(version), CHECKED_KINDS[("kubevirt.io/v1", "VirtualMachine")], "v1")
+    paths = set().union(*(vm_kubevirt_paths(vm["spec"], ".spec") for vm in _variants().values()))
+    assert {
+        ".spec.template.spec.domain.firmware.bootloader.efi.secureBoot",
+        ".spec.instancetype.name",
+    } <= paths
+    undeclared = sorted(path for path in paths if not _schema_has(schema, path))
+    assert undeclared == [], f"KubeVirt {version} does not declare {undeclared}"

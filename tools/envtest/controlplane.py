@@ -394,6 +394,7 @@ def _write_pki(layout: Layout, server: str) -> None:
     write_kubeconfig(
         layout.kubeconfig, server=server, ca_pem=serving_ca.cert_pem, client=admin, user=ADMIN_USER
     )
+    _write_front_proxy_pki(layout)
     kcm_client = client_ca.issue(KCM_USER, organizations=ADMIN_GROUPS)
     write_kubeconfig(
         layout.run_dir / "kcm.kubeconfig",
@@ -402,6 +403,35 @@ def _write_pki(layout: Layout, server: str) -> None:
         client=kcm_client,
         user=KCM_USER,
     )
+
+
+FRONT_PROXY_CLIENT = "front-proxy-client"
+
+
+def _write_front_proxy_pki(layout: Layout) -> None:
+    """The aggregation layer's own CA and client certificate (as kubeadm makes them): the API server proxies
+    aggregated APIs such as KubeVirt's ``subresources.kubevirt.io`` with it, and virt-api refuses to start
+    without the request-header CA it finds in ``kube-system/extension-apiserver-authentication``."""
+    front_proxy_ca = CertificateAuthority.create("uds-envtest-front-proxy-ca")
+    front_proxy_ca.write(layout.cert_dir / "front-proxy-ca.crt", layout.cert_dir / "front-proxy-ca.key")
+    front_proxy_ca.issue(FRONT_PROXY_CLIENT).write(
+        layout.cert_dir / "front-proxy-client.crt", layout.cert_dir / "front-proxy-client.key"
+    )
+
+
+def _aggregation_flags(certs: Path) -> list[str]:
+    """kube-apiserver flags for the aggregation layer (see _write_front_proxy_pki)."""
+    return [
+        f"--requestheader-client-ca-file={certs / 'front-proxy-ca.crt'}",
+        f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={certs / 'front-proxy-client.crt'}",
+        f"--proxy-client-key-file={certs / 'front-proxy-client.key'}",
+        # Proxy to the aggregated server's endpoint (pod IP) rather than its ClusterIP.
+        "--enable-aggregator-routing=true",
+    ]
 
 
 def _etcd_argv(binaries: Path, layout: Layout, client_port: int, peer_port: int) -> list[str]:
@@ -440,6 +470,7 @@ def _apiserver_argv(binaries: Path, layout: Layout, etcd_port: int, port: int) -
         f"--service-account-signing-key-file={certs / 'sa.key'}",
         "--profiling=false",
         "--v=1",
+        *_aggregation_flags(certs),
     ]
     if layout.node_address is None:
         return [

@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from go_raw_strings import GoSourceError, extract_string_map
 from kubevirt_crd_wrappers import KubevirtWrapperError, build_all, check_against_go_source
-from pinned_versions import PinnedVersions, VersionsError, crd_dir, pinned_versions
+from pinned_versions import (
+    PinnedVersions,
+    VersionsError,
+    crd_dir,
+    kubevirt_crd_dir,
+    kubevirt_schema_versions,
+    pinned_versions,
+)
 
 CDI_MODULE = "kubevirt.io/containerized-data-importer"
 KUBEVIRT_MODULE = "kubevirt.io/kubevirt"
@@ -200,21 +207,16 @@ def _write_crds(
     (target / COMPLETE_MARKER).write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
 
 
-def ensure_crds(versions: PinnedVersions | None = None, force: bool = False) -> Path:
-    """Return the cached CRD folder for the pinned versions, fetching it first when absent (or when forced).
-
-    The folder is assembled in a sibling temp dir and renamed into place, so a concurrent caller or an
-    interrupted run never sees a half-written cache.
-    """
-    pins = versions or pinned_versions()
-    final = crd_dir(pins)
+def _assemble(final: Path, fill: Callable[[Path], None], force: bool) -> Path:
+    """Fill a sibling temp dir and rename it into place, so a concurrent caller or an interrupted run never
+    sees a half-written cache."""
     if (final / COMPLETE_MARKER).is_file() and not force:
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=final.parent))
     staging.chmod(0o755)  # public upstream schemas; mkdtemp's 0700 would surprise other tools
     try:
-        fetch_into(staging, pins)
+        fill(staging)
         if final.exists():
             shutil.rmtree(final)
         staging.rename(final)
@@ -224,6 +226,49 @@ def ensure_crds(versions: PinnedVersions | None = None, force: bool = False) -> 
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return final
+
+
+def ensure_crds(versions: PinnedVersions | None = None, force: bool = False) -> Path:
+    """Return the cached CRD folder for the pinned versions, fetching it first when absent (or forced)."""
+    pins = versions or pinned_versions()
+    return _assemble(crd_dir(pins), lambda staging: fetch_into(staging, pins), force)
+
+
+def fetch_kubevirt_into(target: Path, version: str) -> None:
+    """Write only the KubeVirt CRDs of one tag (plus sources.json) into target."""
+    with tempfile.TemporaryDirectory(prefix="uds-crd-gomodcache-", dir=target.parent) as private_cache:
+        dirs = [
+            _shared_module_dir(module, version) or go_mod_download(module, version, Path(private_cache))
+            for module in (KUBEVIRT_MODULE, KUBEVIRT_API_MODULE)
+        ]
+        crds, digest = kubevirt_crds(dirs[0], dirs[1])
+        names = []
+        for crd in crds:
+            name = _validate(crd, f"{KUBEVIRT_MODULE}@{version}")
+            (target / f"{name}.yaml").write_text(
+                yaml.dump(crd, Dumper=_YAML_DUMPER, sort_keys=False), encoding="utf-8"
+            )
+            names.append(name)
+    provenance = {
+        f"{KUBEVIRT_MODULE}@{version}": {"files": KUBEVIRT_VALIDATIONS_FILE, "sha256": digest, "crds": names}
+    }
+    (target / COMPLETE_MARKER).write_text(json.dumps(provenance, indent=2) + "\n", encoding="utf-8")
+
+
+def ensure_kubevirt_crds(version: str, force: bool = False) -> Path:
+    """The KubeVirt CRDs of one tag: the installed pin's come from the full folder, other tags from their own.
+
+    Why: the schema tests judge every rendered VM against each tag in KUBEVIRT_SCHEMA_VERSIONS, including
+    releases newer than the one the test plane installs.
+    """
+    if version == pinned_versions().kubevirt:
+        return ensure_crds(force=force)
+    return _assemble(kubevirt_crd_dir(version), lambda staging: fetch_kubevirt_into(staging, version), force)
+
+
+def ensure_schema_crds(force: bool = False) -> dict[str, Path]:
+    """Every KubeVirt schema tag (versions.env) mapped to its CRD folder, fetched when absent."""
+    return {version: ensure_kubevirt_crds(version, force) for version in kubevirt_schema_versions()}
 
 
 def crd_files(folder: Path) -> list[Path]:
@@ -238,6 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         folder = ensure_crds(force=args.force)
+        ensure_schema_crds(force=args.force)
     except (FetchError, VersionsError, GoSourceError, KubevirtWrapperError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -55,7 +55,8 @@ class WrapperSpec:
     columns: tuple[Column, ...]
     status_subresource: bool
     scale_subresource: bool = False
-    core_versions: bool = True  # newCRDVersions(): v1 (storage) + v1alpha3 (deprecated); else v1alpha1 only
+    core_versions: bool = True
+    """newCRDVersions(): v1 (storage) + v1alpha3 (deprecated); else the pool's v1alpha1 + v1beta1 (stored)."""
     label: str = APP_LABEL
     evidence: tuple[str, ...] = field(default=())
 
@@ -172,6 +173,8 @@ def check_against_go_source(crds_go: str, register_go: str) -> None:
             go_value = _GO_PATH_CONSTANTS.get(column.json_path, f'"{column.json_path}"')
             snippets.append(f"JSONPath: {go_value}")
         problems.extend(f"{spec.kind}: {snippet!r}" for snippet in snippets if snippet not in source)
+    if "Name: poolv1beta1.SchemeGroupVersion.Version, Served: true, Storage: true" not in source:
+        problems.append("VirtualMachinePool: v1beta1 as the storage version")
     for needle in ('Name: "v1alpha3"', "Deprecated: true", V1ALPHA3_WARNING):
         if needle not in _go_normalise(register_go):
             problems.append(f"core/v1/register.go: {needle!r}")
@@ -203,8 +206,11 @@ def _versions(spec: WrapperSpec, schema: dict[str, Any]) -> list[dict[str, Any]]
                 "deprecationWarning": V1ALPHA3_WARNING,
             },
         ]
-    else:
-        base = [{"name": "v1alpha1", "served": True, "storage": True}]
+    else:  # NewVirtualMachinePoolCrd since KubeVirt v1.7: v1alpha1 still served, v1beta1 stored
+        base = [
+            {"name": "v1alpha1", "served": True, "storage": False},
+            {"name": "v1beta1", "served": True, "storage": True},
+        ]
     for version in base:
         version["additionalPrinterColumns"] = [column.as_dict() for column in spec.columns]
         if subresources:

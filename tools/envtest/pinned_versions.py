@@ -54,6 +54,20 @@ def pinned_versions(path: Path = VERSIONS_FILE) -> PinnedVersions:
     return PinnedVersions(*(values[key] for key in keys))
 
 
+def kubevirt_schema_versions(path: Path = VERSIONS_FILE) -> tuple[str, ...]:
+    """The KubeVirt tags whose CRD schemas every rendered object must fit (KUBEVIRT_SCHEMA_VERSIONS).
+
+    The installed line (KUBEVIRT_VERSION) runs for real; newer tags whose binaries cannot be built here are
+    still checked schema-wise, so nothing we render is refused by the release a site upgrades to next.
+    """
+    values = read_versions_env(path)
+    listed = [item for item in values.get("KUBEVIRT_SCHEMA_VERSIONS", "").split(",") if item]
+    pinned = pinned_versions(path).kubevirt
+    if pinned not in listed:
+        listed.insert(0, pinned)
+    return tuple(listed)
+
+
 def cache_root() -> Path:
     """The per-user cache outside the clone, so fresh CI clones on the same machine reuse built artefacts."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -70,3 +84,8 @@ def crd_dir(versions: PinnedVersions | None = None) -> Path:
     """Where fetch_crds.py writes the upstream CRD YAML files, keyed by the three upstream versions."""
     pins = versions or pinned_versions()
     return cache_root() / f"crds-cdi-{pins.cdi}-kubevirt-{pins.kubevirt}-gwapi-{pins.gateway_api}"
+
+
+def kubevirt_crd_dir(version: str) -> Path:
+    """Where fetch_crds.py writes only the KubeVirt CRDs of one tag (the schema-only versions)."""
+    return cache_root() / f"crds-kubevirt-{version}"
