@@ -1,4 +1,6 @@
-"""DRAFT (not collected: its VMI never appears on the node yet, see the closing note of issue 16). What a UDSVirtualMachine becomes with the real virt-controller v1.8.4 and virt-api v1.8.4.
+"""DRAFT, not collected: its VMI never appears on the node yet (closing note of issue 16).
+
+What a UDSVirtualMachine becomes with the real virt-controller v1.8.4 and virt-api v1.8.4.
 
 The operator runs as a host process; KubeVirt's part is real: virt-controller writes the VM's status,
 creates the VMI and the virt-launcher pod, virt-api serves the restart subresource. Played: only CDI (the
