@@ -203,7 +203,9 @@ def cdi_with_allowlist(api: Api) -> Iterator[None]:
             body,
             content_type="application/apply-patch+yaml",
             params={"fieldManager": "uds-vm-operator-tests", "force": "true", "fieldValidation": "Strict"},
-            expect=(200, 201, 400, 409, 422, 429),  # 429: storage re-initialising after the CRD change
+            # 429: storage re-initialising after the CRD change; 500 "field not declared in schema": the
+            # server-side-apply type converter has not caught up with the new schema yet (seen under load)
+            expect=(200, 201, 400, 409, 422, 429, 500),
         )
         return code in (200, 201)
 
