@@ -9,7 +9,8 @@ KUBECONFIG_OUT := $(ENVTEST_DIR)/kubeconfig
 .DEFAULT_GOAL := help
 .PHONY: help install system-deps envtest-bins helm-bin zarf-schema zarf-build deploy-check compliance-check \
         crds crds-check lint typecheck test test-unit test-images \
-        test-integration bench demo cluster-up cluster-down clean
+        test-integration bench demo cluster-up cluster-down clean \
+        image-deps image-registry image-registry-down base-images image lock lock-check provenance-bins test-build test-floors
 
 help: ## show this help
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -56,7 +57,7 @@ deploy-check: install ## fail if deploy/ differs from what the Helm chart render
 compliance-check: install ## fail if compliance/oscal-component.yaml differs from the validations it is built from
 	$(PY) -m uds_vm_operator.compliance.component --check compliance/oscal-component.yaml
 
-test: install system-deps envtest-bins helm-bin zarf-schema lint crds-check deploy-check compliance-check ## install everything, then run every test tier
+test: install system-deps envtest-bins helm-bin zarf-schema lint crds-check deploy-check compliance-check lock-check image provenance-bins test-floors ## install everything, then run every test tier
 	$(PY) -m pytest -q tests
 
 test-unit: install ## unit tier only (fast)
@@ -82,3 +83,34 @@ demo: install envtest-bins ## the main job: control plane + CRDs + operator + a 
 
 clean: cluster-down ## remove the virtualenv and local state (the binary cache in ~/.cache stays)
 	rm -rf $(VENV) $(ENVTEST_DIR) .mypy_cache .ruff_cache .pytest_cache
+
+# --- Images and provenance (tools/images, tools/provenance; issue 14 item 3, issue 20 item 2) ---
+image-deps: ## install the Debian packages the image builds need (buildah, mmdebstrap, gcc, busybox-static, docker-registry)
+	@tools/images/ensure-deps.sh
+
+image-registry: image-deps ## reuse .envtest/registry if it answers, else start a loopback docker-registry
+	@tools/images/registry.sh up >/dev/null
+
+image-registry-down: ## stop the registry tools/images/registry.sh started (by its recorded PID)
+	@tools/images/registry.sh down
+
+base-images: image-deps image-registry envtest-bins ## python base, pause and busybox images from Debian packages (cached), pushed
+	@tools/images/base.sh
+
+image: install image-deps image-registry envtest-bins lock-check ## build the operator image offline (buildah), push it, write .envtest/operator-image
+	@tools/images/image.sh >/dev/null
+
+lock: install ## regenerate requirements.lock and requirements-build.lock with hashes (needs PyPI)
+	$(PY) tools/images/lock.py compile
+
+lock-check: install ## fail if requirements.lock drifted from pyproject.toml's runtime dependencies
+	$(PY) tools/images/lock.py check
+
+provenance-bins: ## build (or reuse) cosign and syft from their Go modules into ~/.cache/uds-vm-operator
+	@tools/cosign/build.sh >/dev/null && tools/syft/build.sh >/dev/null
+
+test-build: image provenance-bins ## build tier only: the operator image from inside, its signature and SBOM
+	$(PY) -m pytest -q tests/build
+
+test-floors: install ## the unit tier on the floor versions of the runtime dependencies (throwaway venv)
+	$(PY) tools/deps/floors.py

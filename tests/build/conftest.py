@@ -1,4 +1,4 @@
-"""The build tier: the operator's image built from the repo's Dockerfile (``make image``), looked at from inside.
+"""The build tier: the operator's image built from the repo's Dockerfile (``make image``), seen from inside.
 
 The session fixture runs ``tools/images/image.sh`` (cached: seconds when the inputs are unchanged) against the
 local registry (``.envtest/registry``; started by ``tools/images/registry.sh up`` when nothing answers) and
@@ -46,7 +46,9 @@ class BuiltImage:
     archive: Path  # the cached OCI archive
     container: str
 
-    def run(self, *argv: str, user: str | None = None, mounts: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *argv: str, user: str | None = None, mounts: tuple[str, ...] = ()
+    ) -> subprocess.CompletedProcess[str]:
         """Run ``argv`` inside the image (as its configured user unless ``user``), like a pod would."""
         opts = ["--isolation", "chroot"]
         if user is not None:

@@ -1,4 +1,4 @@
-"""The operator's image, built from the repo's Dockerfile, behaves as the chart and the verifier pod expect."""
+"""The operator's image, built from the repo's Dockerfile, behaves as the chart and verifier pod expect."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from pathlib import Path
 
 from build.conftest import BuiltImage, buildah
 
-MANIFEST_TYPES = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"
+MANIFEST_TYPES = (
+    "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"
+)
 
 
 def registry_digest(tag_ref: str) -> str:
@@ -24,7 +26,9 @@ def registry_digest(tag_ref: str) -> str:
         return str(response.headers["Docker-Content-Digest"])
 
 
-def test_reference_is_pinned_by_the_digest_the_registry_serves(built_image: BuiltImage, registry: str) -> None:
+def test_reference_is_pinned_by_the_digest_the_registry_serves(
+    built_image: BuiltImage, registry: str
+) -> None:
     assert re.fullmatch(rf"{re.escape(registry)}/uds-vm-operator@sha256:[0-9a-f]{{64}}", built_image.ref)
     assert registry_digest(built_image.tag_ref) == built_image.ref.split("@")[1]
 
@@ -49,7 +53,9 @@ def test_console_scripts_run(built_image: BuiltImage) -> None:
     assert "Usage" in vmctl.stdout
 
 
-def test_verifier_command_reads_a_disk_as_the_verifier_pod_runs_it(built_image: BuiltImage, tmp_path: Path) -> None:
+def test_verifier_command_reads_a_disk_as_the_verifier_pod_runs_it(
+    built_image: BuiltImage, tmp_path: Path
+) -> None:
     """The exact command render/verifier.py puts in the pod, on a read-only mounted disk."""
     disk = tmp_path / "disk.img"
     disk.write_bytes(bytes(range(256)) * 4096)
@@ -58,7 +64,9 @@ def test_verifier_command_reads_a_disk_as_the_verifier_pod_runs_it(built_image: 
     digest = "sha256:" + hashlib.sha256(disk.read_bytes()).hexdigest()
     size = str(disk.stat().st_size)
     argv = ("uds-vm-operator", "verify-disk", "--path", "/disk/disk.img", "--virtual-size", size)
-    good = built_image.run(*argv, "--expected", digest, "--termination-log", "", mounts=(f"{tmp_path}:/disk:ro",))
+    good = built_image.run(
+        *argv, "--expected", digest, "--termination-log", "", mounts=(f"{tmp_path}:/disk:ro",)
+    )
     assert good.returncode == 0, good.stderr
     assert json.loads(good.stdout.splitlines()[0])["result"] == "match"
     bad = built_image.run(

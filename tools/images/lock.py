@@ -1,11 +1,11 @@
 """The image's hash-locked dependencies: ``requirements.lock`` (runtime) and ``requirements-build.lock``.
 
-``compile`` regenerates both with ``uv pip compile --generate-hashes`` (every file PyPI serves for each pinned
-version, so the same lock works for amd64 and arm64 builds); ``check`` is the offline drift check CI runs: every
-runtime dependency in pyproject.toml is locked at a version its specifier admits, every locked requirement
-carries hashes, nothing is locked that pyproject does not need, and (given a wheelhouse) the lock is closed
-under the wheels' own ``Requires-Dist``. ``wheelhouse DIR`` downloads exactly the locked files for the image's
-platform (CPython 3.11, manylinux x86_64), hash-checked, so the image build needs no network.
+``compile`` regenerates both with ``uv pip compile --generate-hashes`` (every file PyPI serves for each
+pinned version, so the same lock works for amd64 and arm64 builds); ``check`` is the offline drift check CI
+runs: every runtime dependency in pyproject.toml is locked at a version its specifier admits, every locked
+requirement carries hashes, nothing is locked that pyproject does not need, and (given a wheelhouse) the lock
+is closed under the wheels' own ``Requires-Dist``. ``wheelhouse DIR`` downloads exactly the locked files for the
+image's platform (CPython 3.11, manylinux x86_64), hash-checked, so the image build needs no network.
 """
 
 from __future__ import annotations
@@ -46,7 +46,14 @@ TARGET_ENV = {
 # pip does not widen --platform to older manylinux tags itself: name each (glibc 2.36 down to 2.5).
 PIP_PLATFORM = [
     *(arg for minor in range(36, 4, -1) for arg in ("--platform", f"manylinux_2_{minor}_x86_64")),
-    *("--platform", "manylinux2014_x86_64", "--platform", "manylinux2010_x86_64", "--platform", "manylinux1_x86_64"),
+    *(
+        "--platform",
+        "manylinux2014_x86_64",
+        "--platform",
+        "manylinux2010_x86_64",
+        "--platform",
+        "manylinux1_x86_64",
+    ),
     *("--implementation", "cp", "--python-version", "3.11"),
 ]
 LINE = re.compile(r"^(?P<name>[A-Za-z0-9._-]+)==(?P<version>[^\s;\\]+)\s*(?:;\s*(?P<marker>[^\\]+?))?\s*\\?$")
@@ -79,7 +86,9 @@ def parse_lock(path: Path) -> dict[str, Locked]:
         if match:
             marker = match["marker"]
             current = Locked(
-                canonicalize_name(match["name"]), Version(match["version"]), Marker(marker) if marker else None
+                canonicalize_name(match["name"]),
+                Version(match["version"]),
+                Marker(marker) if marker else None,
             )
             entries[current.name] = current
             continue
@@ -159,7 +168,9 @@ def _check_closure(lock: dict[str, Locked], wheelhouse: Path, direct: set[str]) 
             else:
                 todo += [(dep, "")] + [(dep, x) for x in req.extras]
     extra = sorted(n for n, e in lock.items() if e.applies() and n not in needed)
-    problems += [f"{n} is locked but nothing in pyproject.toml needs it on the image's platform" for n in extra]
+    problems += [
+        f"{n} is locked but nothing in pyproject.toml needs it on the image's platform" for n in extra
+    ]
     return problems
 
 
