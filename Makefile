@@ -10,7 +10,8 @@ KUBECONFIG_OUT := $(ENVTEST_DIR)/kubeconfig
 .PHONY: help install system-deps envtest-bins helm-bin zarf-schema zarf-build deploy-check compliance-check \
         crds crds-check lint typecheck test test-unit test-images \
         test-integration test-node bench demo cluster-up cluster-down node-deps node-bins node-up node-down clean \
-        guest-deps guest-image
+        guest-deps guest-image \
+        image-deps image-registry image-registry-down base-images image lock lock-check provenance-bins test-build test-floors
 
 help: ## show this help
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -69,7 +70,7 @@ node-up: install node-deps node-bins ## add one real node to the control plane (
 node-down: ## stop the real node and remove everything it made (processes, mounts, veths, bridge, loop devices, iptables)
 	@if [ -x $(PY) ]; then $(PY) tools/node/node.py down --state-dir $(ENVTEST_DIR); fi
 
-test: install system-deps node-deps envtest-bins node-bins kubevirt-bins helm-bin zarf-schema guest-image cdi-images lint crds-check deploy-check compliance-check ## install everything, then run every test tier
+test: install system-deps node-deps envtest-bins node-bins kubevirt-bins helm-bin zarf-schema guest-image cdi-images lint crds-check deploy-check compliance-check lock-check provenance-bins test-floors ## install everything, then run every test tier
 	$(PY) -m pytest -q tests
 
 guest-deps: ## install the Debian packages the guest tier needs (QEMU, mmdebstrap, syslinux, xorriso, cloud-init)
@@ -134,3 +135,34 @@ kubevirt-images: kubevirt-bins ## their images (Debian minbase) as OCI archives;
 kubevirt-up: node-up kubevirt-images ## real virt-api (webhooks, subresources API) and virt-controller on the node; idempotent
 	@tools/kubevirt/images.sh $(ENVTEST_DIR) >/dev/null
 	$(PY) tools/kubevirt/kubevirt_install.py up --state-dir $(ENVTEST_DIR)
+
+# --- Images and provenance (tools/images, tools/provenance; issue 14 item 3, issue 20 item 2) ---
+image-deps: ## install the Debian packages the image builds need (buildah, mmdebstrap, gcc, busybox-static, docker-registry)
+	@tools/images/ensure-deps.sh
+
+image-registry: image-deps ## reuse .envtest/registry if it answers, else start a loopback docker-registry
+	@tools/images/registry.sh up >/dev/null
+
+image-registry-down: ## stop the registry tools/images/registry.sh started (by its recorded PID)
+	@tools/images/registry.sh down
+
+base-images: image-deps image-registry envtest-bins ## python base, pause and busybox images from Debian packages (cached), pushed
+	@tools/images/base.sh
+
+image: install image-deps image-registry envtest-bins lock-check ## build the operator image offline (buildah), push it, write .envtest/operator-image
+	@tools/images/image.sh >/dev/null
+
+lock: install ## regenerate requirements.lock and requirements-build.lock with hashes (needs PyPI)
+	$(PY) tools/images/lock.py compile
+
+lock-check: install ## fail if requirements.lock drifted from pyproject.toml's runtime dependencies
+	$(PY) tools/images/lock.py check
+
+provenance-bins: ## build (or reuse) cosign and syft from their Go modules into ~/.cache/uds-vm-operator
+	@tools/cosign/build.sh >/dev/null && tools/syft/build.sh >/dev/null
+
+test-build: image provenance-bins ## build tier only: the operator image from inside, its signature and SBOM
+	$(PY) -m pytest -q tests/build
+
+test-floors: install ## the unit tier on the floor versions of the runtime dependencies (throwaway venv)
+	$(PY) tools/deps/floors.py

@@ -58,11 +58,28 @@ class BuiltImage:
         return buildah("run", *opts, self.container, "--", *argv, check=False, timeout=300)
 
 
+def _registry_answers() -> bool:
+    """A registry recorded in .envtest/registry answers (then it is someone else's: reuse, never stop it)."""
+    recorded = ENVTEST / "registry"
+    if not recorded.is_file():
+        return False
+    address = recorded.read_text(encoding="utf-8").strip()
+    probe = subprocess.run(
+        ["curl", "-fsS", "--max-time", "3", f"http://{address}/v2/"], capture_output=True, check=False
+    )
+    return probe.returncode == 0
+
+
 @pytest.fixture(scope="session")
-def registry() -> str:
-    """The loopback registry's address (reused when one answers, else started for the session's images)."""
+def registry() -> Iterator[str]:
+    """The loopback registry's address: reused when one answers, else started for the session and stopped."""
+    started_here = not _registry_answers()
     out = subprocess.run([str(IMAGES / "registry.sh"), "up"], check=True, text=True, capture_output=True)
-    return out.stdout.strip()
+    try:
+        yield out.stdout.strip()
+    finally:
+        if started_here:
+            subprocess.run([str(IMAGES / "registry.sh"), "down"], check=False, capture_output=True)
 
 
 @pytest.fixture(scope="session")

@@ -1,12 +1,11 @@
 """The image's hash-locked dependencies: ``requirements.lock`` (runtime) and ``requirements-build.lock``.
 
-``compile`` regenerates both with ``uv pip compile --generate-hashes`` (every file PyPI serves for each pinned
-version, so the same lock works for amd64 and arm64 builds); ``check`` is the offline drift check CI runs:
-every
-runtime dependency in pyproject.toml is locked at a version its specifier admits, every locked requirement
-carries hashes, nothing is locked that pyproject does not need, and (given a wheelhouse) the lock is closed
-under the wheels' own ``Requires-Dist``. ``wheelhouse DIR`` downloads exactly the locked files for the image's
-platform (CPython 3.11, manylinux x86_64), hash-checked, so the image build needs no network.
+``compile`` regenerates both with ``uv pip compile --generate-hashes`` (every file PyPI serves for each
+pinned version, so the same lock works for amd64 and arm64 builds); ``check`` is the offline drift check CI
+runs: every runtime dependency in pyproject.toml is locked at a version its specifier admits, every locked
+requirement carries hashes, nothing is locked that pyproject does not need, and (given a wheelhouse) the lock
+is closed under the wheels' own ``Requires-Dist``. ``wheelhouse DIR`` downloads exactly the locked files for
+the image's platform (CPython 3.11, manylinux x86_64), hash-checked, so the image build needs no network.
 """
 
 from __future__ import annotations
