@@ -55,6 +55,10 @@ def main() -> int:
         uv = [sys.executable, "-m", "uv", "pip", "install", "--quiet", "--python", str(python)]
         subprocess.run([*uv, "-c", str(constraints), f"{ROOT}[dev]"], check=True)
         stamp.touch()
+    else:
+        # The dependencies are cached with the venv; the package itself is this checkout's, every run.
+        uv = [sys.executable, "-m", "uv", "pip", "install", "--quiet", "--python", str(python)]
+        subprocess.run([*uv, "--no-deps", "--reinstall-package", "uds-vm-operator", str(ROOT)], check=True)
     probe = (
         "import importlib.metadata as m, json, sys; "
         "print(json.dumps({n: m.version(n) for n in "

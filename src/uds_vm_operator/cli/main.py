@@ -34,6 +34,25 @@ COMMAND_MODULES: dict[str, str] = {
 """Command name on the command line → module under ``uds_vm_operator.cli`` that registers it."""
 
 
+def _typer_outcomes() -> tuple[type[BaseException], ...]:
+    """typer's own outcomes: Exit, Abort and usage errors (``TyperException`` in typer releases that vendor
+    click, click's ``ClickException`` in those that use click itself, as the floor typer 0.16 does)."""
+    outcomes: list[type[BaseException]] = [typer.Exit, typer.Abort, BrokenPipeError]
+    vendored = getattr(typer, "TyperException", None)
+    if isinstance(vendored, type) and issubclass(vendored, BaseException):
+        outcomes.append(vendored)
+    try:
+        from click.exceptions import ClickException  # noqa: PLC0415 (only where typer uses click itself)
+    except ImportError:
+        pass
+    else:
+        outcomes.append(ClickException)
+    return tuple(outcomes)
+
+
+_PASSTHROUGH = _typer_outcomes()
+
+
 class GuardedGroup(TyperGroup):
     """The root command group: whatever a command raises ends as one line on stderr and an exit code.
 
@@ -47,7 +66,7 @@ class GuardedGroup(TyperGroup):
         """Run the command; report an exception through :func:`._errors.report` instead of a traceback."""
         try:
             return super().invoke(ctx)
-        except (typer.Exit, typer.Abort, typer.TyperException, BrokenPipeError):
+        except _PASSTHROUGH:
             raise
         except (Exception, KeyboardInterrupt) as exc:
             code = report(exc, debug=bool(ctx.params.get("debug")) or debug_from_env())
