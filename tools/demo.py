@@ -176,16 +176,7 @@ class Demo:
             return body if statuses and statuses[0].get("ready") else None
 
         body = wait(ready, 120, f"pod {namespace}/{name}")
-        container_id = body["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
-        tasks = subprocess.run(
-            ["ctr", "--address", str(self.paths.containerd_socket), "-n", "k8s.io", "tasks", "ls"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        return next(
-            int(line.split()[1]) for line in tasks.splitlines()[1:] if line.split()[0] == container_id
-        )
+        return node_launcher.container_pid(self.paths, body)
 
 
 def helm_binary() -> str:

@@ -144,18 +144,7 @@ class NodeHandle:
 
     def container_pid(self, pod: dict[str, Any]) -> int:
         """The host PID of the pod's first container, from containerd's own task list."""
-        container_id = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
-        out = subprocess.run(
-            ["ctr", "--address", str(self.paths.containerd_socket), "-n", "k8s.io", "tasks", "ls"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        for line in out.splitlines()[1:]:
-            fields = line.split()
-            if fields and fields[0] == container_id:
-                return int(fields[1])
-        raise AssertionError(f"containerd runs no task {container_id}")
+        return node.container_pid(self.paths, pod)
 
     # -------------------------------------------------------------------- volumes
 

@@ -638,6 +638,20 @@ def status(state_dir: Path, *, quiet: bool = False) -> bool:
     return healthy and ready
 
 
+def container_pid(paths: cfg.NodePaths, pod: dict[str, Any]) -> int:
+    """The host PID of a pod's first container, from this node's containerd task list.
+
+    Lets the host run probes inside the pod's network namespace (`nsenter -t PID -n`) without kubectl exec.
+    """
+    container_id = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    listing = _sh("ctr", "--address", str(paths.containerd_socket), "-n", "k8s.io", "tasks", "ls").stdout
+    for line in listing.splitlines()[1:]:
+        fields = line.split()
+        if fields and fields[0] == container_id:
+            return int(fields[1])
+    raise NodeError(f"containerd on this node runs no task {container_id}")
+
+
 def _shim_pids(paths: cfg.NodePaths) -> set[int]:
     """containerd-shim processes serving our containerd (they outlive it by design): found by our socket."""
     pids = set()
