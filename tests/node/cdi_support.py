@@ -98,3 +98,29 @@ def file_digest(path: Path) -> str:
 def disk_size_on(volume: Any) -> int:
     """How large CDI left disk.img (it grows the image to the space it may use on Filesystem volumes)."""
     return os.path.getsize(Path(volume.mount_point) / "disk.img")
+
+
+def diagnose(node: NodeHandle, namespace: str) -> str:
+    """What CDI did in `namespace` (DataVolumes, claims, worker pods, events), for a failure message."""
+    lines: list[str] = []
+    for dv in (node.api.get(f"{CDI_API}/namespaces/{namespace}/datavolumes") or {}).get("items", []):
+        lines.append(f"DataVolume {dv['metadata']['name']}: {dv.get('status')}")
+    claims = node.api.get(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims") or {}
+    for pvc in claims.get("items", []):
+        request = pvc["spec"]["resources"]["requests"]["storage"]
+        lines.append(f"PVC {pvc['metadata']['name']}: {pvc['status'].get('phase')} request={request}")
+    for pod in (node.api.get(f"/api/v1/namespaces/{namespace}/pods") or {}).get("items", []):
+        states = [s.get("state") for s in pod["status"].get("containerStatuses") or []]
+        lines.append(f"pod {pod['metadata']['name']}: {pod['status'].get('phase')} {states}")
+    events = (node.api.get(f"/api/v1/namespaces/{namespace}/events") or {}).get("items", [])
+    for event in events[-25:]:
+        lines.append(f"event {event['involvedObject']['name']}: {event.get('reason')}: {event.get('message')}")
+    return "\n".join(lines)
+
+
+def wait_or_diagnose(node: NodeHandle, namespace: str, what: str, probe: Any, timeout_s: float) -> Any:
+    """wait_until, whose failure message also says what CDI did in the namespace."""
+    try:
+        return wait_until(what, probe, timeout_s, 1.0)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{diagnose(node, namespace)}") from None

@@ -26,6 +26,7 @@ from cdi_support import (
     landed_bytes,
     make_image,
     offer_volume,
+    wait_or_diagnose,
 )
 from node_cluster import NodeHandle, wait_until
 
@@ -106,7 +107,7 @@ def import_through_cdi(node: NodeHandle, namespace: str, url: str, digest: str) 
         dv = datavolume(node, namespace, DV) or {}
         return dv if (dv.get("status") or {}).get("phase") in ("Succeeded", "Failed") else None
 
-    return target, wait_until(f"CDI to finish importing {DV}", finished, 240, 1.0)
+    return target, wait_or_diagnose(node, namespace, f"CDI to finish importing {DV}", finished, 240)
 
 
 @pytest.mark.parametrize("fmt", ["raw", "qcow2", "qcow2c", "raw.gz", "raw.xz"])
