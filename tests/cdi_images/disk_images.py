@@ -149,3 +149,29 @@ def image_server(folder: Path, address: str) -> Iterator[tuple[str, list[str]]]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+# ------------------------------------------------------------------------------------------- volumes
+
+
+@contextmanager
+def real_volume(workdir: Path, size_bytes: int, filesystem: str) -> Iterator[Path]:
+    """A filesystem of exactly `size_bytes` on a loop device (as a local PV of that capacity would be)."""
+    backing, mount = workdir / f"{filesystem}.img", workdir / f"{filesystem}-mnt"
+    with open(backing, "wb") as handle:
+        handle.truncate(size_bytes)
+    device = subprocess.run(
+        ["losetup", "--find", "--show", str(backing)], capture_output=True, text=True, check=True
+    )
+    loop = device.stdout.strip()
+    try:
+        mkfs = ["mkfs.ext4", "-q", "-F", "-m", "0"] if filesystem == "ext4" else ["mkfs.xfs", "-q", "-f"]
+        subprocess.run([*mkfs, loop], check=True, capture_output=True)
+        mount.mkdir()
+        subprocess.run(["mount", loop, str(mount)], check=True)
+        try:
+            yield mount
+        finally:
+            subprocess.run(["umount", str(mount)], check=True)
+    finally:
+        subprocess.run(["losetup", "--detach", loop], check=True)
