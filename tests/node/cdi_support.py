@@ -38,9 +38,9 @@ def ensure_cdi(node: NodeHandle) -> None:
 
 
 @contextmanager
-def bridge_image_server(folder: Path) -> Iterator[tuple[str, list[str]]]:
+def bridge_image_server(folder: Path, pause_per_mib_s: float = 0.0) -> Iterator[tuple[str, list[str]]]:
     """The image server on the node's bridge address, where CDI's importer pods can reach it."""
-    with image_server(folder, NODE_ADDRESS) as served:
+    with image_server(folder, NODE_ADDRESS, pause_per_mib_s) as served:
         yield served
 
 
@@ -184,11 +184,15 @@ def await_import(
     namespace: str,
     dv_name: str,
     filesystem: str = "ext4",
+    *,
     timeout_s: float = 300.0,
+    target: Any = None,
 ) -> tuple[Any, dict[str, Any]]:
-    """Give CDI's claims (the target and, if CDI asks for one, its scratch claim) real volumes of exactly
-    their requested size, and wait until CDI ends the import either way; returns (target volume, DV)."""
-    target = offer_volume(node, namespace, dv_name, filesystem)
+    """Give CDI's claims (the target unless already offered as `target`, and, if CDI asks for one, its
+    scratch claim) real volumes of exactly their requested size, and wait until CDI ends the import either
+    way; returns (target volume, DV)."""
+    if target is None:
+        target = offer_volume(node, namespace, dv_name, filesystem)
     scratch_offered = False
 
     def finished() -> dict[str, Any] | None:
