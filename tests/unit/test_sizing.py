@@ -1,4 +1,4 @@
-"""SPEC §4 sizing with the filesystem reserve (ADR 0013): a pure function of the virtual size, worked values pinned."""
+"""SPEC §4 sizing plus the filesystem reserve (ADR 0013): a pure function of the virtual size."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from uds_vm_operator.sizing import (
     [
         # SPEC §4's 40 GiB value holds: from ~3.2 GiB up the 6 % term decides.
         (40960, "43418Mi"),
-        # SPEC §4 gave 1086Mi and 11Mi: too small on real ext4/xfs (ADR 0013); the reserve and the floor decide.
+        # SPEC §4 gave 1086Mi and 11Mi: too small on real ext4/xfs (ADR 0013); reserve and floor decide.
         (1024, "1216Mi"),
         (10, "300Mi"),
         (3200, "3392Mi"),
