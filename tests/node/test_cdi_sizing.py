@@ -36,7 +36,8 @@ from uds_vm_operator.sizing import pvc_mib, pvc_size
 
 SIZES = [1 * MIB, 1024 * MIB, 3300 * MIB]
 """The mkfs.xfs floor decides (1 MiB), the fixed reserve (1 GiB), the 6 % term (3300 MiB)."""
-LARGER_PVC_REQUIRED = "A larger PVC is required"  # CDI's ErrLargerPVCRequired
+LARGER_PVC_REQUIRED = "A larger PVC is required"  # CDI's ErrLargerPVCRequired, in the claim's event
+TOO_SMALL = "DataVolume too small to contain image"  # what CDI's controller puts on the DataVolume for it
 
 
 @pytest.fixture(scope="module")
@@ -138,9 +139,16 @@ def test_a_one_to_one_pv_fails_with_cdis_own_error(
                 scratch.append(offer_volume(cdi, sizing_ns, "naive-scratch", filesystem))
             dv = cdi.api.get(f"{CDI_API}/namespaces/{sizing_ns}/datavolumes/naive") or {}
             running = dv_condition(dv, "Running")
-            return running if LARGER_PVC_REQUIRED in running.get("message", "") else None
+            return running if running.get("message") == TOO_SMALL else None
 
         running = wait_or_diagnose(cdi, sizing_ns, "CDI to refuse the 1:1 claim", refused, 240)
-    assert "virtual image size" in running["message"], running
+    assert running["status"] == "False", running
+
+    def reported_by_the_importer() -> list[str]:
+        events = cdi.api.items(f"/api/v1/namespaces/{sizing_ns}/events")
+        return [e["message"] for e in events if LARGER_PVC_REQUIRED in (e.get("message") or "")]
+
+    reported = wait_or_diagnose(cdi, sizing_ns, "the importer's own error", reported_by_the_importer, 60)
+    assert reported and "is larger than the reported available storage" in reported[0], reported
     dv = cdi.api.get(f"{CDI_API}/namespaces/{sizing_ns}/datavolumes/naive") or {}
     assert dv["status"]["phase"] != "Succeeded", "CDI never claims the 1:1 import done"
