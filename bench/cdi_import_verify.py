@@ -82,7 +82,16 @@ def _measure(handle: Any, namespace: str, work: Path) -> dict[str, Any]:
     vm["spec"]["disk"].update({"storageClassName": "udsvm-local", "volumeMode": "Filesystem"})
     handle.api.apply(vm, f"/apis/uds.dev/v1alpha1/namespaces/{namespace}/udsvirtualmachines/{VM}")
     volume = offer_volume(handle, namespace, DV)
-    wait_until("UploadReady", lambda: _phase(handle, namespace) == "UploadReady", 300, 1.0)
+    scratch: list[Any] = []
+
+    def upload_ready() -> bool:
+        # CDI's upload server asks for a scratch claim too; it gets a real volume of its requested size.
+        claim = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{DV}-scratch"
+        if not scratch and handle.api.get(claim):
+            scratch.append(offer_volume(handle, namespace, f"{DV}-scratch"))
+        return _phase(handle, namespace) == "UploadReady"
+
+    wait_until("UploadReady", upload_ready, 600, 1.0)
     service = handle.api.get("/api/v1/namespaces/cdi/services/cdi-uploadproxy")
     bundle = handle.api.get("/api/v1/namespaces/cdi/configmaps/cdi-uploadproxy-signer-bundle")
     ca = work / "ca.pem"
