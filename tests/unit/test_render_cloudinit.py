@@ -220,7 +220,10 @@ MIRROR_KEY = "-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmDMEZ0site\n=abcd\n-----EN
 
 def test_apt_mirror_key_is_trusted_by_apt_in_the_guest() -> None:
     doc = user_data(
-        {"flavor": "debian", "autoUpdate": {"aptMirror": "http://apt.site/debian", "aptMirrorKey": MIRROR_KEY}}
+        {
+            "flavor": "debian",
+            "autoUpdate": {"aptMirror": "http://apt.site/debian", "aptMirrorKey": MIRROR_KEY},
+        }
     )
     assert files(doc)[APT_MIRROR_KEY_PATH] == MIRROR_KEY
     assert APT_MIRROR_KEY_PATH.startswith("/etc/apt/trusted.gpg.d/") and APT_MIRROR_KEY_PATH.endswith(".asc")
@@ -247,4 +250,4 @@ def test_hardening_drop_in_is_included_first_before_sshd_restarts(flavor: str) -
     include = next(i for i, c in enumerate(commands) if SSHD_INCLUDE_FIRST in c)
     restart = next(i for i, c in enumerate(commands) if c.startswith("systemctl restart ssh"))
     assert 0 < include < restart and commands[0] == "echo user-first"
-    assert SSHD_INCLUDE_FIRST == f"Include {SSHD_DROPIN_PATH}"
+    assert f"Include {SSHD_DROPIN_PATH}" == SSHD_INCLUDE_FIRST

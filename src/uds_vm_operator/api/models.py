@@ -68,6 +68,7 @@ ObjectName = Annotated[str, Field(pattern=DNS_SUBDOMAIN_PATTERN, min_length=1, m
 ShortText = Annotated[str, Field(max_length=256)]
 AccessMode = Literal["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"]
 VolumeMode = Literal["Filesystem", "Block"]
+ARMORED_PUBLIC_KEY = r"^\s*-----BEGIN PGP PUBLIC KEY BLOCK-----[\s\S]+-----END PGP PUBLIC KEY BLOCK-----\s*$"
 SshKey = Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^(ssh-|ecdsa-|sk-)")]
 
 
@@ -453,7 +454,7 @@ class AutoUpdate(ApiModel):
         Annotated[
             str,
             Field(
-                pattern=r"^\s*-----BEGIN PGP PUBLIC KEY BLOCK-----[\s\S]+-----END PGP PUBLIC KEY BLOCK-----\s*$",
+                pattern=ARMORED_PUBLIC_KEY,
                 max_length=16384,
             ),
         ]
