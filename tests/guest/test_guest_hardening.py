@@ -41,6 +41,8 @@ from typer.testing import CliRunner
 from kube_helpers import TEST_NAMESPACE_LABEL, wait_for
 from uds_vm_operator.cli.main import app
 
+pytestmark = pytest.mark.timeout(3600)
+"""The first test pays for three boots under software emulation on a shared 2-core machine (setup counts)."""
 SCHEDULE = "Sat *-*-* 05:17:00"
 MIRROR = "http://127.0.0.1:9/debian"  # the guest's own loopback: refused at once, never leaves the guest
 OPEN_DROPIN = "0-open.conf"  # sorts before 00-uds-hardening.conf: sshd would read it first
