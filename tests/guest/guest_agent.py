@@ -68,7 +68,8 @@ class GuestAgent:
                 raise AgentError("the guest agent socket closed")
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
-        answer: dict[str, Any] = json.loads(line.decode())
+        # guest-sync-delimited's answer comes after a 0xFF byte: drop it (and anything before it).
+        answer: dict[str, Any] = json.loads(line.rsplit(b"\xff", 1)[-1].decode())
         return answer
 
     def connect(self, timeout_s: float) -> float:
@@ -86,7 +87,7 @@ class GuestAgent:
                 self._buffer = b""
                 if self._await_sync(token, min(20.0, max(1.0, deadline - time.monotonic()))):
                     return time.monotonic() - started
-            except (OSError, AgentError, json.JSONDecodeError):
+            except (OSError, AgentError, ValueError):  # ValueError: a half-written or non-UTF-8 line
                 pass
             time.sleep(2)
         self.close()
@@ -96,8 +97,6 @@ class GuestAgent:
         assert self._sock is not None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if b"\xff" in self._buffer:
-                self._buffer = self._buffer.rsplit(b"\xff", 1)[1]
             answer = self._read_object(max(0.1, deadline - time.monotonic()))
             if answer.get("return") == token:
                 return True

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
+from regopy import Input, Interpreter
 
 from uds_vm_operator.api import SpecError, parse_vm_spec
 from uds_vm_operator.render import Owner
@@ -251,3 +252,24 @@ def test_hardening_drop_in_is_included_first_before_sshd_restarts(flavor: str) -
     restart = next(i for i, c in enumerate(commands) if c.startswith("systemctl restart ssh"))
     assert 0 < include < restart and commands[0] == "echo user-first"
     assert f"Include {SSHD_DROPIN_PATH}" == SSHD_INCLUDE_FIRST
+
+
+def test_backslashes_in_user_data_stay_readable_to_the_compliance_checks() -> None:
+    # rego-cpp's yaml.unmarshal mis-reads "\n" inside a plain scalar and drops the whole document.
+    command = "printf 'a\\nb' > /etc/motd"
+    text = render_user_data(
+        OWNER,
+        parse_vm_spec(
+            {
+                "source": {"upload": {}},
+                "disk": {"virtualSize": "1Gi"},
+                "cloudInit": {"userData": yaml.safe_dump({"runcmd": [command]})},
+            }
+        ),
+    )
+    assert yaml.safe_load(text)["runcmd"][0] == command
+    interpreter = Interpreter()
+    interpreter.add_module("p", "package p\nimport rego.v1\ncmd := yaml.unmarshal(input.t).runcmd[0]\n")
+    interpreter.set_input(Input({"t": text}))
+    # regopy prints the string raw (no JSON escaping); unreadable user data would answer "undefined".
+    assert str(interpreter.query("data.p.cmd")) == '{"expressions":["' + command + '"]}'

@@ -19,6 +19,7 @@ beat a drop-in that sorts earlier (``0-open.conf``) or a line put above the ``In
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import yaml
@@ -337,9 +338,28 @@ YAML_DUMPER: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumpe
 Both write the same bytes for these documents (a unit test holds them to it)."""
 
 
+def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    style = '"' if "\\" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+@functools.cache
+def _quoting(dumper: type[yaml.SafeDumper]) -> type[yaml.SafeDumper]:
+    """``dumper`` writing strings with a backslash double-quoted (escaped), everything else as before.
+
+    The compliance checks read the Secret with rego-cpp's ``yaml.unmarshal``, which wrongly treats ``\\n``
+    in a plain or single-quoted scalar as an escape and then refuses the document ("Wrong indentation"): a
+    ``runcmd: [printf 'a\\nb']`` made the whole Secret unreadable to every check. Double-quoted, it reads
+    back the same in both parsers (seen with regopy 1.5.2 on a booted guest's user data).
+    """
+    quoting = type(f"Quoting{dumper.__name__}", (dumper,), {})
+    quoting.add_representer(str, _represent_str)
+    return quoting
+
+
 def dump_yaml(document: dict[str, Any], dumper: type[yaml.SafeDumper] = YAML_DUMPER) -> str:
     """Block-style YAML, keys in insertion order (the baseline reads top-down like a hand-written file)."""
-    return yaml.dump(document, Dumper=dumper, sort_keys=False, default_flow_style=False, width=4096)
+    return yaml.dump(document, Dumper=_quoting(dumper), sort_keys=False, default_flow_style=False, width=4096)
 
 
 def render_user_data(owner: Owner, spec: UDSVirtualMachineSpec) -> str:
