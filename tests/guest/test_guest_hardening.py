@@ -46,6 +46,8 @@ pytestmark = pytest.mark.timeout(3600)
 SCHEDULE = "Sat *-*-* 05:17:00"
 MIRROR = "http://127.0.0.1:9/debian"  # the guest's own loopback: refused at once, never leaves the guest
 OPEN_DROPIN = "0-open.conf"  # sorts before 00-uds-hardening.conf: sshd would read it first
+# (Not "AuthenticationMethods any": after an earlier AuthenticationMethods sshd -t refuses it, so sshd would
+# simply not start, which proves nothing about which value wins.)
 OPEN_PATH = f"/etc/ssh/sshd_config.d/{OPEN_DROPIN}"
 HOSTILE_USER_DATA = f"""\
 ssh_pwauth: true
@@ -58,7 +60,7 @@ bootcmd:
   - mkdir -p /etc/ssh/sshd_config.d
   - printf 'PasswordAuthentication yes\\nPermitRootLogin yes\\n' > {OPEN_PATH}
 runcmd:
-  - printf 'KbdInteractiveAuthentication yes\\nAuthenticationMethods any\\n' >> {OPEN_PATH}
+  - printf 'KbdInteractiveAuthentication yes\\nAuthenticationMethods password\\n' >> {OPEN_PATH}
   - sed -i '1i PasswordAuthentication yes' /etc/ssh/sshd_config
   - systemctl restart ssh
 """
@@ -267,6 +269,7 @@ def booted(
                 "login_wall_s": round(guest.login_wall_s or 0.0, 1),
                 "probe_wall_s": round(time.monotonic() - started, 1),
                 "image": str(guest_image.resolve()),
+                "image_prep": json.loads((guest_image.parent / "prep-qcow2.json").read_text()),
             }
             (REPORTS_DIR / f"{name}.json").write_text(json.dumps(report, indent=2, sort_keys=True))
             result[name] = Booted(name, keys, guest, report, rendered[name][0], view)
