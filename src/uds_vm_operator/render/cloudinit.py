@@ -19,7 +19,6 @@ beat a drop-in that sorts earlier (``0-open.conf``) or a line put above the ``In
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import yaml
@@ -343,7 +342,9 @@ def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
     return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
 
 
-@functools.cache
+_QUOTING: dict[type[yaml.SafeDumper], type[yaml.SafeDumper]] = {}
+
+
 def _quoting(dumper: type[yaml.SafeDumper]) -> type[yaml.SafeDumper]:
     """``dumper`` writing strings with a backslash double-quoted (escaped), everything else as before.
 
@@ -352,8 +353,14 @@ def _quoting(dumper: type[yaml.SafeDumper]) -> type[yaml.SafeDumper]:
     ``runcmd: [printf 'a\\nb']`` made the whole Secret unreadable to every check. Double-quoted, it reads
     back the same in both parsers (seen with regopy 1.5.2 on a booted guest's user data).
     """
-    quoting = type(f"Quoting{dumper.__name__}", (dumper,), {})
-    quoting.add_representer(str, _represent_str)
+    quoting = _QUOTING.get(dumper)
+    if quoting is None:
+
+        class Quoting(dumper):  # type: ignore[valid-type,misc]  # a dumper class chosen at run time
+            pass
+
+        Quoting.add_representer(str, _represent_str)
+        quoting = _QUOTING[dumper] = Quoting
     return quoting
 
 
