@@ -25,7 +25,7 @@ from guest_agent import GuestAgent
 
 from controlplane import free_loopback_port
 
-LOGIN_TIMEOUT_S = 900.0
+LOGIN_TIMEOUT_S = 1500.0
 """Upper bound for boot + first login under software emulation on a busy, shared 2-core machine."""
 PROBE = Path(__file__).with_name("guest_probe.py")
 AGENT_FILES = (
