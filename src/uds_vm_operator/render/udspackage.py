@@ -15,6 +15,9 @@ Mapping onto the Package schema (every allow entry needs a remote):
   namespace says admin, else ``tenant``; ``host`` is the first DNS label of the hostname (UDS appends its
   domain).
 - an exposed port named ``metrics``: a ``monitor`` entry so Prometheus scrapes the guest exporter.
+- only fields of uds-core v1.11.0's Package schema are written (that schema is
+  tests/integration/crds/uds-package-v1alpha1.yaml, checked with Strict field validation); its ports are TCP
+  only, so a UDP or SCTP port is a spec error in this mode rather than a rule that silently opens TCP.
 """
 
 from __future__ import annotations
@@ -58,6 +61,15 @@ def _pod_labels(selector: LabelSelector | None, where: str) -> dict[str, str] | 
     return dict(selector.match_labels or {})
 
 
+def _tcp_only(protocol: str, where: str) -> None:
+    """A Package port has no protocol (uds-core: "protocol is always TCP"): refuse rather than widen."""
+    if protocol != "TCP":
+        raise SpecError(
+            f"{where}: a UDS Package allow rule opens TCP ports only, so {protocol} cannot be expressed in "
+            "network.mode uds-package; use network.mode: networkpolicy for this VM"
+        )
+
+
 def _allow_entry(vm_name: str, rule: AllowRule, index: int) -> list[dict[str, Any]]:
     where = f"spec.network.allow[{index}]"
     base: dict[str, Any] = {
@@ -78,13 +90,10 @@ def _allow_entry(vm_name: str, rule: AllowRule, index: int) -> list[dict[str, An
             base["remoteGenerated"] = "Anywhere"
     if not rule.ports:
         return [base]
+    for port in rule.ports:
+        _tcp_only(port.protocol, f"{where}.ports")
     return [
-        {
-            **base,
-            "port": port.port,
-            "protocol": port.protocol,
-            "description": f"{base['description']}-{port.port}",
-        }
+        {**base, "port": port.port, "description": f"{base['description']}-{port.port}"}
         for port in rule.ports
     ]
 
@@ -135,13 +144,13 @@ def vm_package_rules(vm_name: str, spec: UDSVirtualMachineSpec) -> dict[str, lis
                 }
             )
         else:
+            _tcp_only(item.protocol, f"spec.network.expose[port {item.port}]")
             allow.append(
                 {
                     "direction": "Ingress",
                     "selector": selector,
                     "remoteGenerated": "IntraNamespace",
                     "port": item.port,
-                    "protocol": item.protocol,
                     "description": f"{prefix}expose-{item.port}",
                 }
             )
