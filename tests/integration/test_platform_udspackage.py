@@ -271,6 +271,7 @@ def test_rules_another_manager_applied_and_ours_merge_on_the_real_schema(
     assert [a["description"] for a in spec["network"]["allow"][2:]] == [
         "uds-vm:web:egress-internet",
         "uds-vm:web:allow-0-22",
+        "uds-vm:web:expose-9100",  # a plain port: in-namespace ingress
     ]
     assert [e["description"] for e in spec["network"]["expose"][1:]] == ["uds-vm:web:expose-443"]
     assert [m["description"] for m in spec["monitor"]] == ["uds-vm:web:metrics"]
