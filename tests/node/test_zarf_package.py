@@ -11,7 +11,7 @@
   created and the VM reports its phase; nothing imports or boots here).
 
 The agent's webhook mutates pods of every namespace created after `zarf init`, so the test removes it, and
-the operator component, before it ends; the CRDs stay (the control plane installed them before Zarf adopted them).
+the operator component, before it ends; the CRDs stay (the control plane installed them, Zarf adopted them).
 """
 
 from __future__ import annotations
@@ -124,6 +124,7 @@ def sbom_names(zarf: Path, package: Path, env: dict[str, str], out: Path) -> lis
 
 
 def test_the_zarf_package_is_built_inspected_initialised_and_deployed_and_its_operator_reconciles_a_vm(
+    *,
     node: NodeHandle,
     zarf: Path,
     zarf_env: dict[str, str],
