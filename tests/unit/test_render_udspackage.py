@@ -18,6 +18,12 @@ from uds_vm_operator.render import (
     render_children,
     vm_package_rules,
 )
+from uds_vm_operator.render.udspackage import (
+    mesh_mode,
+    package_supports_kubevirt,
+    with_kubevirt_enabled,
+    with_mesh_annotations,
+)
 
 HTTP = {"hostname": "app.uds.dev", "gateway": {"name": "tenant", "namespace": "istio-tenant-gateway"}}
 FOREIGN_ALLOW = {
@@ -232,3 +238,40 @@ def test_every_written_field_and_value_is_in_uds_core_v1_11_package_schema() -> 
 def test_a_non_tcp_port_is_a_spec_error_not_a_wider_tcp_rule(network: dict[str, Any]) -> None:
     with pytest.raises(SpecError, match="TCP ports only"):
         rules("a", network)
+
+
+def test_sidecar_mode_annotates_launcher_and_cdi_workers_and_ambient_mode_nothing() -> None:
+    children = render_children(Owner("a", "apps", "u"), spec({"expose": [{"port": 22}]}), ClusterFacts())
+    assert mesh_mode({"spec": {"network": {"serviceMesh": {"mode": "sidecar"}}}}) == "sidecar"
+    assert mesh_mode({"spec": {"network": {}}}) == "ambient" == mesh_mode(None)
+    assert with_mesh_annotations(children, "ambient") == children
+    annotated = with_mesh_annotations(children, "sidecar")
+    assert children != annotated
+    for child in annotated:
+        if child["kind"] == "VirtualMachine":
+            launcher = child["spec"]["template"]["metadata"]["annotations"]
+            assert launcher["status.sidecar.istio.io/port"] == "0"
+            assert launcher["traffic.sidecar.istio.io/kubevirtInterfaces"] == "k6t-eth0"
+            assert "sidecar.istio.io/inject" not in launcher  # the launcher keeps its sidecar
+        elif child["kind"] == "DataVolume":
+            assert child["metadata"]["annotations"]["sidecar.istio.io/inject"] == "false"
+        else:  # Services, Secrets: untouched
+            assert child == next(
+                c
+                for c in children
+                if c["metadata"]["name"] == child["metadata"]["name"] and c["kind"] == child["kind"]
+            )
+    assert any(c["kind"] == "DataVolume" for c in annotated)
+
+
+def test_kubevirt_enabled_only_where_the_package_crd_has_it() -> None:
+    crd = yaml.safe_load(REAL_CRD.read_text())
+    assert not package_supports_kubevirt(crd), "uds-core v1.11.0 has no spec.kubevirt"
+    poc = copy.deepcopy(crd)
+    props = poc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    props["kubevirt"] = {"type": "object", "properties": {"enabled": {"type": "boolean"}}}
+    assert package_supports_kubevirt(poc)
+    package = merge_package(None, "a", rules("a", {"egress": "internet"}), namespace="apps")
+    assert with_kubevirt_enabled(package, False) == package
+    assert with_kubevirt_enabled(package, True)["spec"]["kubevirt"] == {"enabled": True}
+    assert "kubevirt" not in package["spec"], "input not modified"
