@@ -278,6 +278,15 @@ def test_rules_another_manager_applied_and_ours_merge_on_the_real_schema(
     managers = {entry["manager"] for entry in package["metadata"].get("managedFields") or []}
     assert TEAM_MANAGER in managers and len(managers) >= 2, managers
 
+    # The team's Package puts the namespace in sidecar mode: the launcher template and the DataVolume carry
+    # the annotations UDS admits for VMs there (a VM in another mode gets none: unit tier).
+    kubevirt_vm = api.get(f"/apis/kubevirt.io/v1/namespaces/{namespace}/virtualmachines/web") or {}
+    launcher = kubevirt_vm["spec"]["template"]["metadata"].get("annotations") or {}
+    assert launcher.get("status.sidecar.istio.io/port") == "0", launcher
+    assert launcher.get("traffic.sidecar.istio.io/kubevirtInterfaces") == "k6t-eth0", launcher
+    dv = api.get(f"/apis/cdi.kubevirt.io/v1beta1/namespaces/{namespace}/datavolumes/web-dv") or {}
+    assert (dv["metadata"].get("annotations") or {}).get("sidecar.istio.io/inject") == "false", dv["metadata"]
+
     # The team re-applies the fields it still owns alone (the rule lists are atomic: our merge took them
     # over, their entries unchanged), renaming its SSO client: our rules and theirs stay.
     team["spec"]["sso"][0]["name"] = "API v2"

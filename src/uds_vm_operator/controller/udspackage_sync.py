@@ -33,6 +33,7 @@ from uds_vm_operator.render.udspackage import (
     PACKAGE_KIND,
     RULE_SECTIONS,
     merge_package,
+    mesh_mode,
     remove_vm_from_package,
 )
 
@@ -149,6 +150,13 @@ class PackageSync:
                         extra={"namespace": namespace, "vm": vm_name, "attempt": attempt},
                     )
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def mesh_mode(self, namespace: str) -> str:
+        """The namespace's service-mesh mode as its Package declares it (UDS Core's default without one)."""
+        try:
+            return mesh_mode(choose_package(await self.api.list(PACKAGE, namespace)))
+        except PackageProblemError:
+            return mesh_mode(None)  # several Packages: the sync reports it; render as UDS's default
 
     async def _orphans(self, namespace: str, package: Mapping[str, Any] | None, keep: str) -> list[str]:
         """Tagged VMs that no longer exist: not in the cache *and* absent on the API server."""
