@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from node_cluster import NodeHandle, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -140,9 +141,9 @@ def test_the_zarf_package_is_built_inspected_initialised_and_deployed_and_its_op
     assert size > 10 * 1024 * 1024, "the operator image is inside"
     with package.open("rb") as handle:
         assert handle.read(4) == b"\x28\xb5\x2f\xfd", "a zstd stream"
-    definition = json.loads(
+    definition = yaml.safe_load(
         run(
-            [str(zarf), "package", "inspect", "definition", str(package), "--output", "json", "--no-color"],
+            [str(zarf), "package", "inspect", "definition", str(package), "--no-color"],
             env=zarf_env,
             what="zarf package inspect definition",
         )
@@ -153,6 +154,7 @@ def test_the_zarf_package_is_built_inspected_initialised_and_deployed_and_its_op
         "golden-image",
     ]
     assert definition["metadata"]["name"] == "uds-vm-operator"
+    assert definition["build"]["version"] == "v0.70.0"  # made by the zarf built from its module here
 
     # Inspected: Zarf made an SBOM for the operator image (and its viewer pages).
     files = sbom_names(zarf, package, zarf_env, tmp_path / "sbom")
