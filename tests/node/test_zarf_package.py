@@ -30,6 +30,11 @@ from node_cluster import NodeHandle, wait_until
 ROOT = Path(__file__).resolve().parents[2]
 OPERATOR_NS = "uds-vm-operator"
 PACKAGE_IMAGE = "ghcr.io/uds-vm-operator/uds-vm-operator:0.1.0"
+ZARF_VERSION = next(
+    line.split("=", 1)[1].strip()
+    for line in (ROOT / "versions.env").read_text().splitlines()
+    if line.startswith("ZARF_VERSION=")
+)
 
 
 def run(args: list[str], *, env: dict[str, str], cwd: Path | None = None, what: str) -> str:
@@ -154,7 +159,7 @@ def test_the_zarf_package_is_built_inspected_initialised_and_deployed_and_its_op
         "golden-image",
     ]
     assert definition["metadata"]["name"] == "uds-vm-operator"
-    assert definition["build"]["version"] == "v0.70.0"  # made by the zarf built from its module here
+    assert definition["build"]["version"] == ZARF_VERSION  # made by the zarf built from its module here
 
     # Inspected: Zarf made an SBOM for the operator image (and its viewer pages).
     files = sbom_names(zarf, package, zarf_env, tmp_path / "sbom")
