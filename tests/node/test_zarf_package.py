@@ -129,6 +129,7 @@ def sbom_names(zarf: Path, package: Path, env: dict[str, str], out: Path) -> lis
     return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
 
 
+@pytest.mark.timeout(1500)  # builds the package and the init package, pushes three images, waits for pods
 def test_the_zarf_package_is_built_inspected_initialised_and_deployed_and_its_operator_reconciles_a_vm(
     *,
     node: NodeHandle,
