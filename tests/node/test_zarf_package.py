@@ -44,15 +44,8 @@ def run(args: list[str], *, env: dict[str, str], cwd: Path | None = None, what: 
 
 
 @pytest.fixture(scope="module")
-def zarf_env(node: NodeHandle, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    home = tmp_path_factory.mktemp("zarf-home")
-    return {
-        **os.environ,
-        "ENVTEST_DIR": str(node.state_dir),
-        "KUBECONFIG": str(node.kubeconfig),
-        "HOME": str(home),  # zarf's own state (~/.zarf-cache, logs) stays inside the test
-        "XDG_CACHE_HOME": os.environ.get("XDG_CACHE_HOME", str(Path.home() / ".cache")),
-    }
+def zarf_env(node: NodeHandle) -> dict[str, str]:
+    return {**os.environ, "ENVTEST_DIR": str(node.state_dir), "KUBECONFIG": str(node.kubeconfig)}
 
 
 @pytest.fixture(scope="module")
