@@ -29,6 +29,10 @@ from node_cluster import NodeHandle, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 OPERATOR_NS = "uds-vm-operator"
+# zarf's own cache, beside the project's others (tools/zarf/package.sh uses the same)
+ZARF_CACHE = (
+    Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "uds-vm-operator/zarf-home/cache"
+)
 PACKAGE_IMAGE = "ghcr.io/uds-vm-operator/uds-vm-operator:0.1.0"
 ZARF_VERSION = next(
     line.split("=", 1)[1].strip()
@@ -78,6 +82,8 @@ def zarf_initialised(node: NodeHandle, zarf: Path, zarf_env: dict[str, str]) -> 
             "zarf-push",
             "--registry-push-password",
             "unused-by-the-loopback-registry",
+            "--zarf-cache",
+            str(ZARF_CACHE),
             "--log-format",
             "console",
             "--no-color",
@@ -115,7 +121,17 @@ def zarf_initialised(node: NodeHandle, zarf: Path, zarf_env: dict[str, str]) -> 
 
 def sbom_names(zarf: Path, package: Path, env: dict[str, str], out: Path) -> list[str]:
     run(
-        [str(zarf), "package", "inspect", "sbom", str(package), "--output", str(out), "--no-color"],
+        [
+            str(zarf),
+            "package",
+            "inspect",
+            "sbom",
+            str(package),
+            "--output",
+            str(out),
+            "--zarf-cache",
+            str(ZARF_CACHE),
+        ],
         env=env,
         what="zarf package inspect sbom",
     )
@@ -142,7 +158,7 @@ def test_the_zarf_package_is_built_inspected_initialised_and_deployed_and_its_op
         assert handle.read(4) == b"\x28\xb5\x2f\xfd", "a zstd stream"
     definition = yaml.safe_load(
         run(
-            [str(zarf), "package", "inspect", "definition", str(package), "--no-color"],
+            [str(zarf), "package", "inspect", "definition", str(package), "--zarf-cache", str(ZARF_CACHE)],
             env=zarf_env,
             what="zarf package inspect definition",
         )
@@ -172,6 +188,8 @@ def test_the_zarf_package_is_built_inspected_initialised_and_deployed_and_its_op
             str(package),
             "--confirm",
             "--adopt-existing-resources",
+            "--zarf-cache",
+            str(ZARF_CACHE),
             "--log-format",
             "console",
             "--no-color",
