@@ -131,6 +131,7 @@ def sbom_names(zarf: Path, package: Path, env: dict[str, str], out: Path) -> lis
             str(out),
             "--zarf-cache",
             str(ZARF_CACHE),
+            "--no-color",
         ],
         env=env,
         what="zarf package inspect sbom",
@@ -158,7 +159,16 @@ def test_the_zarf_package_is_built_inspected_initialised_and_deployed_and_its_op
         assert handle.read(4) == b"\x28\xb5\x2f\xfd", "a zstd stream"
     definition = yaml.safe_load(
         run(
-            [str(zarf), "package", "inspect", "definition", str(package), "--zarf-cache", str(ZARF_CACHE)],
+            [
+                str(zarf),
+                "package",
+                "inspect",
+                "definition",
+                str(package),
+                "--zarf-cache",
+                str(ZARF_CACHE),
+                "--no-color",
+            ],
             env=zarf_env,
             what="zarf package inspect definition",
         )
