@@ -242,6 +242,7 @@ class Reconciler:
             return outcome
 
         children = self.platform.filter_children(owner, platform, children, observed_dv is not None)
+        children = await self.platform.mesh_children(owner, spec, children)
         observed: dict[tuple[str, str], dict[str, Any] | None] = {}
         desired_by_name: dict[tuple[str, str], dict[str, Any]] = {}
         disk_blocker: Refusal | None = None
