@@ -70,7 +70,7 @@ node-up: install node-deps node-bins ## add one real node to the control plane (
 node-down: ## stop the real node and remove everything it made (processes, mounts, veths, bridge, loop devices, iptables)
 	@if [ -x $(PY) ]; then $(PY) tools/node/node.py down --state-dir $(ENVTEST_DIR); fi
 
-test: install system-deps node-deps envtest-bins node-bins kubevirt-bins helm-bin zarf-schema guest-image cdi-images lint crds-check deploy-check compliance-check lock-check provenance-bins test-floors ## install everything, then run every test tier
+test: install system-deps node-deps envtest-bins node-bins kubevirt-bins helm-bin zarf-schema guest-image cdi-images lint crds-check deploy-check compliance-check lock-check provenance-bins test-floors go-anchor ## install everything, then run every test tier
 	$(PY) -m pytest -q tests
 
 guest-deps: ## install the Debian packages the guest tier needs (QEMU, mmdebstrap, syslinux, xorriso, cloud-init)
@@ -94,7 +94,7 @@ test-integration: install envtest-bins ## integration tier only (real control pl
 test-node: install node-deps node-bins kubevirt-bins helm-bin ## real-node tier only (kubelet, containerd, CNI, policies, the operator's image)
 	$(PY) -m pytest -q tests/node
 
-bench: install system-deps envtest-bins ## run the benchmarks; JSON results land in bench/results/
+bench: install system-deps envtest-bins go-anchor ## run the benchmarks; JSON results land in bench/results/
 	$(PY) -m bench.run
 
 cluster-up: install envtest-bins ## start the local control plane in the background; writes .envtest/kubeconfig
@@ -166,3 +166,8 @@ test-build: image provenance-bins ## build tier only: the operator image from in
 
 test-floors: install ## the unit tier on the floor versions of the runtime dependencies (throwaway venv)
 	$(PY) tools/deps/floors.py
+
+# --- The Go anchor (issue 19, ADR 0010): a controller-runtime operator the fleet bench measures ours against ---
+.PHONY: go-anchor
+go-anchor: ## build (or reuse) bench/go-anchor from the Go module proxy into ~/.cache/uds-vm-operator; links .envtest/bin/go-anchor
+	@bench/go-anchor/build.sh >/dev/null
