@@ -146,7 +146,7 @@ def render_vm(
 def write_rendered(
     directory: Path, namespace: str, names: list[str], vm_manifest: Any, calibration: dict[str, Any]
 ) -> Path:
-    """Write ``directory/<name>.json`` (children + status template) for every fleet VM; returns ``directory``."""
+    """Write ``directory/<name>.json`` (children + status template) for every fleet VM; returns it."""
     directory.mkdir(parents=True, exist_ok=True)
     status_text = json.dumps(calibration["status"])
     for name in names:

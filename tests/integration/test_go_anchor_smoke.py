@@ -28,6 +28,7 @@ if str(ROOT) not in sys.path:
 
 from bench.anchor_process import AnchorProcess  # noqa: E402
 from bench.anchor_render import calibrate, children_of, render_vm, write_rendered  # noqa: E402
+
 from uds_vm_operator.controller.compare import (  # noqa: E402
     APPLIED_HASH_ANNOTATION,
     is_subset,
