@@ -105,9 +105,9 @@ def test_both_operators_converge_100_vms_with_identical_writes(
 
     ours = OperatorProcess(kubeconfig, ours_ns, scratch / "logs", extra_args=["--log-level", "WARNING"])
     anchor = AnchorProcess(kubeconfig, anchor_ns, rendered, scratch / "logs")
-    ours.start()
-    anchor.start()
     try:
+        ours.start()
+        anchor.start()
         for name in names:
             api.apply(udsvm(name, ours_ns), vm_path(ours_ns, name))
             api.apply(udsvm(name, anchor_ns), vm_path(anchor_ns, name))
