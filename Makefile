@@ -85,7 +85,7 @@ TEST_JOBS ?= 3
 .PHONY: test-packages test-builds test-checks
 test-packages: system-deps node-deps guest-deps image-deps ## the Debian packages every test tier needs (one after another)
 
-test-builds: envtest-bins node-bins kubevirt-bins helm-bin zarf-schema zarf-bin guest-image cdi-images provenance-bins ## every build the test tiers need (run in parallel by `make test`)
+test-builds: envtest-bins node-bins kubevirt-bins helm-bin zarf-schema zarf-bin guest-image cdi-images provenance-bins go-anchor ## every build the test tiers need (run in parallel by `make test`)
 
 test-checks: lint crds-check deploy-check compliance-check lock-check test-floors ## static checks and generated-file drift
 
@@ -117,7 +117,7 @@ test-integration: install envtest-bins ## integration tier only (real control pl
 test-node: install node-deps node-bins kubevirt-bins helm-bin zarf-bin ## real-node tier only (kubelet, containerd, CNI, policies, the operator's image)
 	$(PY) -m pytest -q tests/node
 
-bench: install system-deps envtest-bins ## run the benchmarks; JSON results land in bench/results/
+bench: install system-deps envtest-bins go-anchor ## run the benchmarks; JSON results land in bench/results/
 	$(PY) -m bench.run
 
 cluster-up: install envtest-bins ## start the local control plane in the background; writes .envtest/kubeconfig
@@ -189,3 +189,8 @@ test-build: image provenance-bins ## build tier only: the operator image from in
 
 test-floors: install ## the unit tier on the floor versions of the runtime dependencies (throwaway venv)
 	$(PY) tools/deps/floors.py
+
+# --- The Go anchor (issue 19, ADR 0010): a controller-runtime operator the fleet bench measures ours against ---
+.PHONY: go-anchor
+go-anchor: ## build (or reuse) bench/go-anchor from the Go module proxy into ~/.cache/uds-vm-operator; links .envtest/bin/go-anchor
+	@bench/go-anchor/build.sh >/dev/null
