@@ -33,6 +33,7 @@ from uds_vm_operator.controller.golden_image import (
     observe_golden_image,
 )
 from uds_vm_operator.controller.platform import Platform
+from uds_vm_operator.controller.pod_selection import policy_selects_vm
 from uds_vm_operator.controller.status import (
     REPLACING_REASON,
     Observation,
@@ -289,14 +290,14 @@ class Reconciler:
             if await self._emit_best_effort(owner_body, *warning):
                 outcome.writes += 1
 
+        policy_in_place, selects_no_pod = _policy_selection(desired_by_name, observed, name)
         obs = self._base_observation(
             spec,
             facts,
             generation,
             datavolume=observed.get(("DataVolume", dv_name)),
             virtual_machine=observed.get(("VirtualMachine", name)),
-            network_isolated=package.in_place
-            or _in_place(desired_by_name, observed, ("NetworkPolicy", f"{name}-netpol")),
+            network_isolated=package.in_place or (policy_in_place and not selects_no_pod),
             hardening=_hardening(desired_by_name, observed, name),
             disk_blocker=disk_blocker,
             verification=verification,
@@ -305,6 +306,7 @@ class Reconciler:
             obs,
             extra_conditions=platform.conditions + package.conditions,
             ready_blocker=platform.ready_blocker,
+            network_selects_no_pod=selects_no_pod and not package.in_place,
         )
         if golden is not None and golden.run_strategy is not None:  # the factory holds or runs the build VM
             obs = dataclasses.replace(obs, run_strategy=golden.run_strategy)
@@ -517,6 +519,19 @@ def _in_place(
 ) -> bool:
     want, have = desired.get(key), observed.get(key)
     return want is not None and have is not None and is_subset(normalise_secret(want), have)
+
+
+def _policy_selection(
+    desired: Mapping[tuple[str, str], Mapping[str, Any]],
+    observed: Mapping[tuple[str, str], Mapping[str, Any] | None],
+    name: str,
+) -> tuple[bool, bool]:
+    """(policy in place as rendered, yet selecting no launcher pod of the VM): see pod_selection."""
+    policy_key, vm_key = ("NetworkPolicy", f"{name}-netpol"), ("VirtualMachine", name)
+    if not _in_place(desired, observed, policy_key):
+        return False, False
+    live_vm = observed.get(vm_key) or desired.get(vm_key)
+    return True, not policy_selects_vm(observed.get(policy_key), live_vm)
 
 
 def _hardening(
