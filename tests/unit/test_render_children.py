@@ -6,11 +6,12 @@ import copy
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from uds_vm_operator import MANAGED_BY_LABEL
 from uds_vm_operator.api import SpecError, parse_vm_spec
+from uds_vm_operator.controller.pod_selection import policy_selects_vm
 from uds_vm_operator.render import ClusterFacts, Owner, render_children
 from uds_vm_operator.render.admission import virtual_machine_violations
 
@@ -181,3 +182,19 @@ def test_invalid_vm_name_is_refused() -> None:
             parse_vm_spec({"source": {"blank": {}}, "disk": {"virtualSize": "1Gi"}}),
             ClusterFacts(),
         )
+
+
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(raw=vm_specs(), facts=st.builds(ClusterFacts, st.booleans(), st.booleans()))
+def test_the_rendered_policy_selects_the_rendered_vms_launcher_pod(
+    raw: dict[str, Any], facts: ClusterFacts
+) -> None:
+    """The operator reports NetworkIsolated=False for a policy that selects no launcher pod, so what we
+    render must always select ours (labels from the VM template plus KubeVirt's own launcher label)."""
+    children = render(copy.deepcopy(raw), facts)
+    policies = [c for c in children if c["kind"] == "NetworkPolicy"]
+    assume(policies)  # network.mode uds-package: the UDS Package, not us, writes the policies
+    vm = next(c for c in children if c["kind"] == "VirtualMachine")
+    policy = policies[0]
+    assert policy_selects_vm(policy, vm)
+    assert not policy_selects_vm(policy, {"spec": {"template": {"metadata": {"labels": {}}}}})
