@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from uds_vm_operator.controller.errors import KubeApiError
-from uds_vm_operator.controller.workqueue import MAX_BACKOFF_S, Backoff, KeyedWorkQueue
+from uds_vm_operator.runtime.errors import KubeApiError
+from uds_vm_operator.runtime.workqueue import MAX_BACKOFF_S, Backoff, KeyedWorkQueue
 
 
 def test_duplicates_collapse_and_a_key_enqueued_while_running_runs_once_more() -> None:

@@ -210,7 +210,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _list_vms(client: KubeClient, namespace: str | None, now: datetime) -> list[dict[str, Any]]:
-    from uds_vm_operator.controller.kube import UDS_VM  # noqa: PLC0415 (lazy: keeps start-up fast)
+    from uds_vm_operator.runtime.kube import UDS_VM  # noqa: PLC0415 (lazy: keeps start-up fast)
 
     listing = client.request("GET", UDS_VM.path(namespace), what="listing UDSVirtualMachines")
     if listing is None:
@@ -225,7 +225,7 @@ def _list_pools(
 ) -> list[dict[str, Any]]:
     """Pool rows; when pools are only the table's extra (``required=False``), a cluster without the pool
     CRD or a user without the right to list pools still gets the VM table, with a warning on stderr."""
-    from uds_vm_operator.controller.kube import Kind  # noqa: PLC0415 (lazy: keeps start-up fast)
+    from uds_vm_operator.runtime.kube import Kind  # noqa: PLC0415 (lazy: keeps start-up fast)
 
     path = Kind(POOL_API_VERSION, POOL_KIND, POOL_PLURAL).path(namespace)
     try:

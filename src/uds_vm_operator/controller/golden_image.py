@@ -29,10 +29,10 @@ from typing import Any
 from uds_vm_operator import MANAGED_BY_LABEL
 from uds_vm_operator.api.models import GoldenImage, UDSVirtualMachineSpec
 from uds_vm_operator.api.quantity import parse_bytes
-from uds_vm_operator.controller import kube
 from uds_vm_operator.render.common import Owner, child_labels, system_dv_name
 from uds_vm_operator.render.datavolume import BIND_IMMEDIATE_ANNOTATION, root_access_modes
 from uds_vm_operator.render.sysprep import sysprep_mode
+from uds_vm_operator.runtime import kube
 from uds_vm_operator.sizing import pvc_size
 
 GOLDEN_LABEL = "uds.dev/golden-image"

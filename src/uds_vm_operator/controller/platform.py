@@ -29,8 +29,7 @@ from typing import Any
 
 from uds_vm_operator import MANAGED_BY_LABEL
 from uds_vm_operator.api import SpecError, UDSVirtualMachineSpec
-from uds_vm_operator.controller import kube, kvm_guard, ssrf
-from uds_vm_operator.controller.errors import ControllerError, KubeApiError
+from uds_vm_operator.controller import kvm_guard, ssrf
 from uds_vm_operator.controller.udspackage_sync import (
     CONDITION_TYPE as PACKAGE_CONDITION,
 )
@@ -42,12 +41,16 @@ from uds_vm_operator.render import ClusterFacts, Owner, vm_package_rules
 from uds_vm_operator.render.common import ROLE_LABEL, VM_LABEL, root_dv_name
 from uds_vm_operator.render.datavolume import DEFAULT_ACCESS_MODES, root_access_modes
 from uds_vm_operator.render.verifier import VERIFIER_ROLE
+from uds_vm_operator.runtime import kube
+from uds_vm_operator.runtime.errors import ControllerError, KubeApiError
 
 log = logging.getLogger("uds_vm_operator.platform")
 
-NODE = kube.Kind("v1", "Node", "nodes", namespaced=False)
-KUBEVIRT = kube.Kind("kubevirt.io/v1", "KubeVirt", "kubevirts")
-CDI_CONFIG = kube.Kind("cdi.kubevirt.io/v1beta1", "CDIConfig", "cdiconfigs", namespaced=False)
+NODE = kube.NODE
+KUBEVIRT = kube.register_kind(kube.Kind("kubevirt.io/v1", "KubeVirt", "kubevirts"))
+CDI_CONFIG = kube.register_kind(
+    kube.Kind("cdi.kubevirt.io/v1beta1", "CDIConfig", "cdiconfigs", namespaced=False)
+)
 TTL_ENV = "UDS_VM_PLATFORM_FACTS_TTL_S"
 DEFAULT_TTL_S = 60.0
 LIVE_MIGRATION_CONDITION = "LiveMigration"

@@ -29,10 +29,6 @@ from typing import Any
 
 from uds_vm_operator.api import SpecError
 from uds_vm_operator.api.pool import parse_pool_spec, validate_pool_name
-from uds_vm_operator.controller import kube
-from uds_vm_operator.controller.errors import ControllerError, KubeApiError
-from uds_vm_operator.controller.events import build_event
-from uds_vm_operator.controller.workqueue import MAX_BACKOFF_S, Backoff, KeyedWorkQueue
 from uds_vm_operator.fleet import (
     POOL_LABEL,
     REVISION_LABEL,
@@ -53,11 +49,15 @@ from uds_vm_operator.fleet import (
 )
 from uds_vm_operator.fleet.status import Revisions, condition, count_members, merge_conditions
 from uds_vm_operator.metrics import POOL_STATES, OperatorMetrics
+from uds_vm_operator.runtime import kube
+from uds_vm_operator.runtime.errors import ControllerError, KubeApiError
+from uds_vm_operator.runtime.events import build_event
+from uds_vm_operator.runtime.workqueue import MAX_BACKOFF_S, Backoff, KeyedWorkQueue
 
 log = logging.getLogger("uds_vm_operator.pool")
 
-POOL = kube.Kind("uds.dev/v1alpha1", "UDSVirtualMachinePool", "udsvirtualmachinepools")
-CONTROLLER_REVISION = kube.Kind("apps/v1", "ControllerRevision", "controllerrevisions")
+POOL = kube.register_kind(kube.Kind("uds.dev/v1alpha1", "UDSVirtualMachinePool", "udsvirtualmachinepools"))
+CONTROLLER_REVISION = kube.register_kind(kube.Kind("apps/v1", "ControllerRevision", "controllerrevisions"))
 
 Key = tuple[str, str]  # (namespace, pool name)
 REVISION_HISTORY = 3
@@ -348,13 +348,9 @@ class PoolController:
         uid = await self._member_uid(meta["namespace"], action.name)
         if uid is None:
             return 0
-        body = {"propagationPolicy": "Foreground", "preconditions": {"uid": uid}}
         try:
-            result = await self.api.request(
-                "DELETE",
-                kube.UDS_VM.path(meta["namespace"], action.name),
-                body=body,
-                what=f"delete pool member {meta['namespace']}/{action.name}",
+            result = await self.api.delete(
+                kube.UDS_VM, meta["namespace"], action.name, uid=uid, propagation="Foreground"
             )
         except KubeApiError as exc:
             if exc.code == 409:  # the name now belongs to a newer member: leave it alone
@@ -424,13 +420,7 @@ class PoolController:
             "revision": number,
         }
         try:
-            await self.api.request(
-                "POST",
-                CONTROLLER_REVISION.path(meta["namespace"]),
-                body=manifest,
-                params={"fieldManager": self.api.field_manager, "fieldValidation": "Strict"},
-                what=f"create ControllerRevision {meta['namespace']}/{name}",
-            )
+            await self.api.create(manifest)
         except KubeApiError as exc:
             if exc.code != 409:
                 raise
@@ -444,11 +434,12 @@ class PoolController:
             if (meta.get("labels") or {}).get(REVISION_LABEL) in keep:
                 continue
             try:
-                await self.api.request(
-                    "DELETE",
-                    CONTROLLER_REVISION.path(namespace, str(meta.get("name"))),
-                    body={"preconditions": {"uid": meta.get("uid")}},
-                    what=f"delete ControllerRevision {namespace}/{meta.get('name')}",
+                await self.api.delete(
+                    CONTROLLER_REVISION,
+                    namespace,
+                    str(meta.get("name")),
+                    uid=meta.get("uid"),
+                    propagation=None,
                 )
             except KubeApiError as exc:
                 if exc.code != 409:  # 409: already replaced by a newer object of that name

@@ -22,10 +22,7 @@ from typing import Any
 
 from uds_vm_operator.api import SpecError, UDSVirtualMachineSpec, parse_vm_spec
 from uds_vm_operator.api.quantity import parse_bytes
-from uds_vm_operator.controller import kube
 from uds_vm_operator.controller.compare import is_subset, needs_apply, normalise_secret, with_applied_hash
-from uds_vm_operator.controller.errors import ControllerError, KubeApiError
-from uds_vm_operator.controller.events import build_event, transition_event
 from uds_vm_operator.controller.facts import FactsCache
 from uds_vm_operator.controller.golden_image import (
     carried_status,
@@ -41,14 +38,12 @@ from uds_vm_operator.controller.status import (
     must_hold_vm,
     status_changed,
 )
-from uds_vm_operator.controller.store import ObjectStore
 from uds_vm_operator.controller.verification import VerificationOutcome
 from uds_vm_operator.controller.verification_io import (
     execute_verification,
     observe_verification,
     verifier_image_from_env,
 )
-from uds_vm_operator.controller.workqueue import MAX_BACKOFF_S, Backoff, KeyedWorkQueue
 from uds_vm_operator.metrics import OperatorMetrics
 from uds_vm_operator.render import (
     ClusterFacts,
@@ -60,6 +55,11 @@ from uds_vm_operator.render import (
 )
 from uds_vm_operator.render.common import admin_secret_name
 from uds_vm_operator.render.secrets import ADMIN_PASSWORD_KEY
+from uds_vm_operator.runtime import kube
+from uds_vm_operator.runtime.errors import ControllerError, KubeApiError
+from uds_vm_operator.runtime.events import build_event, transition_event
+from uds_vm_operator.runtime.store import ObjectStore
+from uds_vm_operator.runtime.workqueue import MAX_BACKOFF_S, Backoff, KeyedWorkQueue
 from uds_vm_operator.sizing import pvc_mib, virtual_mib
 
 log = logging.getLogger("uds_vm_operator.reconcile")

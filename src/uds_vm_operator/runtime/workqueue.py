@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
-from uds_vm_operator.controller.errors import ControllerError
+from uds_vm_operator.runtime.errors import ControllerError
 
 K = TypeVar("K", bound=Hashable)
 
