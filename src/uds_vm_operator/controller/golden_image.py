@@ -29,6 +29,7 @@ from typing import Any
 from uds_vm_operator import MANAGED_BY_LABEL
 from uds_vm_operator.api.models import GoldenImage, UDSVirtualMachineSpec
 from uds_vm_operator.api.quantity import parse_bytes
+from uds_vm_operator.apiversions import CDI_API_VERSION
 from uds_vm_operator.render.common import Owner, child_labels, system_dv_name
 from uds_vm_operator.render.datavolume import BIND_IMMEDIATE_ANNOTATION, root_access_modes
 from uds_vm_operator.render.sysprep import sysprep_mode
@@ -45,7 +46,6 @@ STARTED_STATES = frozenset({"Starting", "Running", "Stopping", "Paused", "Migrat
 """printableStatus values that prove the build VM ran (it is ``Stopped`` before its first start too)."""
 STOPPED = "Stopped"
 CLONE_DONE = "Succeeded"
-CDI_API_VERSION = "cdi.kubevirt.io/v1beta1"
 
 Observe = Callable[[kube.Kind, str, str], Awaitable[dict[str, Any] | None]]
 Emit = Callable[[str, str, str], Awaitable[bool]]

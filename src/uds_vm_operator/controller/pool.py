@@ -19,16 +19,16 @@ what to do, creates or deletes members, and writes status only when it changed.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from uds_vm_operator.api import SpecError
 from uds_vm_operator.api.pool import parse_pool_spec, validate_pool_name
+from uds_vm_operator.apiversions import UDS_API_VERSION
 from uds_vm_operator.fleet import (
     POOL_LABEL,
     REVISION_LABEL,
@@ -50,25 +50,20 @@ from uds_vm_operator.fleet import (
 from uds_vm_operator.fleet.status import Revisions, condition, count_members, merge_conditions
 from uds_vm_operator.metrics import POOL_STATES, OperatorMetrics
 from uds_vm_operator.runtime import kube
+from uds_vm_operator.runtime.conditions import by_type
+from uds_vm_operator.runtime.controller import Controller, utc_now
 from uds_vm_operator.runtime.errors import ControllerError, KubeApiError
-from uds_vm_operator.runtime.events import build_event
-from uds_vm_operator.runtime.workqueue import MAX_BACKOFF_S, Backoff, KeyedWorkQueue
+from uds_vm_operator.runtime.workqueue import MAX_BACKOFF_S
 
 log = logging.getLogger("uds_vm_operator.pool")
 
-POOL = kube.register_kind(kube.Kind("uds.dev/v1alpha1", "UDSVirtualMachinePool", "udsvirtualmachinepools"))
+POOL = kube.register_kind(kube.Kind(UDS_API_VERSION, "UDSVirtualMachinePool", "udsvirtualmachinepools"))
 CONTROLLER_REVISION = kube.register_kind(kube.Kind("apps/v1", "ControllerRevision", "controllerrevisions"))
 
-Key = tuple[str, str]  # (namespace, pool name)
 REVISION_HISTORY = 3
 """ControllerRevisions kept per pool (besides the current and update revisions)."""
 DEADLINE_SLACK_S = 1.0
 """Re-check this long after a deadline, so the member is certainly past it when we look."""
-
-
-def utc_now() -> datetime:
-    """Current time; a seam so tests can pin it."""
-    return datetime.now(UTC)
 
 
 @dataclass
@@ -94,8 +89,8 @@ class PoolTemplateMissingError(ControllerError):
     retryable = False
 
 
-class PoolController:
-    """Work queue + reconcile of UDSVirtualMachinePools (one reconcile per pool at a time)."""
+class PoolController(Controller):
+    """The UDSVirtualMachinePool controller (one reconcile per pool at a time), on the shared base."""
 
     def __init__(
         self,
@@ -105,15 +100,18 @@ class PoolController:
         workers: int = 2,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
-        self.api = api
-        self.metrics = metrics
-        self.workers = max(1, workers)
-        self.clock = clock
-        self._queue: KeyedWorkQueue[Key] = KeyedWorkQueue(
-            self._reconcile_with_retry, workers=self.workers, name="pool"
+        super().__init__(
+            api,
+            metrics,
+            kind=POOL,
+            subject="pool",
+            queue_name="pool",
+            workers=workers,
+            non_retryable_s=MAX_BACKOFF_S,
+            clock=clock,
+            logger=log,
+            record_reconcile_metrics=False,
         )
-        self._backoff: Backoff[Key] = Backoff(non_retryable_s=MAX_BACKOFF_S)
-        self._wakeups: dict[Key, asyncio.TimerHandle] = {}
 
     # ------------------------------------------------------------------------------------------ wiring
 
@@ -145,61 +143,10 @@ class PoolController:
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop a deleted pool's metric series and pending re-check (its members go with the GC)."""
-        key = (namespace, name)
-        handle = self._wakeups.pop(key, None)
-        if handle is not None:
-            handle.cancel()
+        self._queue.cancel_wakeup((namespace, name))
         for state in POOL_STATES:
             with contextlib.suppress(KeyError):
                 self.metrics.pool_replicas.remove(name, namespace, state)
-
-    # ------------------------------------------------------------------------------------------- queue
-
-    def enqueue(self, namespace: str, name: str) -> None:
-        """Ask for a reconcile of one pool; duplicates collapse, a running reconcile runs again after."""
-        self._queue.enqueue((namespace, name))
-
-    def enqueue_after(self, namespace: str, name: str, delay_s: float) -> None:
-        """Reconcile again in ``delay_s`` (keeps only the earliest pending wake-up per pool)."""
-        key = (namespace, name)
-        loop = asyncio.get_running_loop()
-        when = loop.time() + delay_s
-        current = self._wakeups.get(key)
-        if current is not None and not current.cancelled() and current.when() <= when:
-            return
-        if current is not None:
-            current.cancel()
-        self._wakeups[key] = loop.call_at(when, self._wake, key)
-
-    def _wake(self, key: Key) -> None:
-        self._wakeups.pop(key, None)
-        self.enqueue(*key)
-
-    def idle(self) -> bool:
-        """True when nothing is queued or running."""
-        return self._queue.idle()
-
-    async def run(self) -> None:
-        """Run the workers until cancelled; pending re-checks die with them."""
-        try:
-            await self._queue.run()
-        finally:
-            for handle in self._wakeups.values():
-                handle.cancel()
-
-    async def _reconcile_with_retry(self, key: Key) -> None:
-        try:
-            await self.reconcile(*key)
-        except Exception as exc:  # one pool must never stop the others
-            delay = self._backoff.failed(key, exc)
-            log.warning(
-                "pool reconcile failed",
-                extra={"pool": f"{key[0]}/{key[1]}", "error": str(exc), "retry_in_s": delay},
-                exc_info=not isinstance(exc, ControllerError),
-            )
-            self.enqueue_after(*key, delay)
-        else:
-            self._backoff.succeeded(key)
 
     # --------------------------------------------------------------------------------------- reconcile
 
@@ -243,7 +190,7 @@ class PoolController:
                 failed=rollback.from_revision,
             )
             outcome.rolled_back = True
-            await self._emit(
+            await self.emit(
                 pool,
                 "Warning",
                 "RolledBack",
@@ -318,7 +265,7 @@ class PoolController:
                 "reason": action.reason,
             },
         )
-        await self._emit(
+        await self.emit(
             pool,
             "Normal",
             "MemberCreated",
@@ -338,7 +285,7 @@ class PoolController:
             f"UDSVirtualMachine {ref.namespace}/{name} exists but is not a member of pool {ref.name}; "
             "rename or delete it so the pool can use that ordinal"
         )
-        await self._emit(pool, "Warning", "MemberNameTaken", message)
+        await self.emit(pool, "Warning", "MemberNameTaken", message)
         raise PoolMemberNameTakenError(message)
 
     async def _delete_member(
@@ -367,7 +314,7 @@ class PoolController:
                 "reason": action.reason,
             },
         )
-        await self._emit(
+        await self.emit(
             pool,
             "Normal",
             "MemberDeleted",
@@ -476,9 +423,9 @@ class PoolController:
             outcome.status_written = True
         was_stalled = _condition_status(previous, "RolloutStalled") == "True"
         if halt is not None and not was_stalled:
-            await self._emit(pool, "Warning", "RolloutStalled", halt.message)
+            await self.emit(pool, "Warning", "RolloutStalled", halt.message)
         if status.get("currentRevision") and status.get("currentRevision") != previous.get("currentRevision"):
-            await self._emit(
+            await self.emit(
                 pool, "Normal", "RolloutComplete", f"every member runs revision {status['currentRevision']}"
             )
 
@@ -506,25 +453,7 @@ class PoolController:
         )
         outcome.status_written = True
         if _condition_reason(previous, "Ready") != "InvalidSpec":
-            await self._emit(pool, "Warning", "InvalidSpec", message)
-
-    async def _emit(self, pool: Mapping[str, Any], event_type: str, reason: str, note: str) -> None:
-        """Record an Event about the pool; a failure is logged, never fails the reconcile."""
-        event = build_event(
-            {"apiVersion": POOL.api_version, "kind": POOL.kind, **pool},
-            event_type=event_type,
-            reason=reason,
-            note=note,
-            event_time=self.clock().strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-        )
-        try:
-            await self.api.create(event)
-        except Exception as exc:
-            meta = pool.get("metadata") or {}
-            log.warning(
-                "event not recorded",
-                extra={"pool": f"{meta.get('namespace')}/{meta.get('name')}", "error": str(exc)},
-            )
+            await self.emit(pool, "Warning", "InvalidSpec", message)
 
     def _record_metrics(
         self, namespace: str, name: str, replicas: int, members: Sequence[MemberView], target: str
@@ -546,17 +475,13 @@ def _without_nulls(value: Any) -> Any:
 
 
 def _condition_status(status: Mapping[str, Any], type_: str) -> str | None:
-    for entry in status.get("conditions") or []:
-        if isinstance(entry, Mapping) and entry.get("type") == type_:
-            return str(entry.get("status"))
-    return None
+    entry = by_type(status.get("conditions")).get(type_)
+    return None if entry is None else str(entry.get("status"))
 
 
 def _condition_reason(status: Mapping[str, Any], type_: str) -> str | None:
-    for entry in status.get("conditions") or []:
-        if isinstance(entry, Mapping) and entry.get("type") == type_:
-            return str(entry.get("reason"))
-    return None
+    entry = by_type(status.get("conditions")).get(type_)
+    return None if entry is None else str(entry.get("reason"))
 
 
 __all__ = ["CONTROLLER_REVISION", "POOL", "PoolController", "PoolOutcome"]

@@ -9,15 +9,13 @@ changes, because retrying cannot fix it.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import dataclasses
 import functools
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from uds_vm_operator.api import SpecError, UDSVirtualMachineSpec, parse_vm_spec
@@ -56,15 +54,15 @@ from uds_vm_operator.render import (
 from uds_vm_operator.render.common import admin_secret_name
 from uds_vm_operator.render.secrets import ADMIN_PASSWORD_KEY
 from uds_vm_operator.runtime import kube
-from uds_vm_operator.runtime.errors import ControllerError, KubeApiError
-from uds_vm_operator.runtime.events import build_event, transition_event
+from uds_vm_operator.runtime.controller import Controller, Key, rfc3339, utc_now
+from uds_vm_operator.runtime.errors import KubeApiError
+from uds_vm_operator.runtime.events import transition_event
 from uds_vm_operator.runtime.store import ObjectStore
-from uds_vm_operator.runtime.workqueue import MAX_BACKOFF_S, Backoff, KeyedWorkQueue
+from uds_vm_operator.runtime.workqueue import MAX_BACKOFF_S
 from uds_vm_operator.sizing import pvc_mib, virtual_mib
 
 log = logging.getLogger("uds_vm_operator.reconcile")
 
-Key = tuple[str, str]  # (namespace, name)
 STATUS_MESSAGE_LIMIT = 4000
 STATUS_QUANTITY_LIMIT = 32
 DV_TERMINAL_WITH_DATA = frozenset({"Succeeded"})
@@ -79,13 +77,8 @@ class Outcome:
     deleted: bool = False
 
 
-def utc_now() -> datetime:
-    """Current time; a seam so tests can pin it."""
-    return datetime.now(UTC)
-
-
-class Reconciler:
-    """Owns the work queue and the reconcile of one UDSVirtualMachine at a time per key."""
+class Reconciler(Controller):
+    """The UDSVirtualMachine controller: one reconcile at a time per VM, on the shared controller base."""
 
     def __init__(
         self,
@@ -97,29 +90,25 @@ class Reconciler:
         workers: int = 8,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
-        self.api = api
+        super().__init__(
+            api,
+            metrics,
+            kind=kube.UDS_VM,
+            subject="vm",
+            queue_name="reconcile",
+            workers=workers,
+            non_retryable_s=MAX_BACKOFF_S * 5,
+            clock=clock,
+            logger=log,
+        )
         self.store = store
         self.facts = facts
-        self.metrics = metrics
-        self.workers = max(1, workers)
-        self.clock = clock
-        self._queue: KeyedWorkQueue[Key] = KeyedWorkQueue(
-            self._reconcile_with_retry, workers=self.workers, name="reconcile"
-        )
-        self._backoff: Backoff[Key] = Backoff(non_retryable_s=MAX_BACKOFF_S * 5)
-        self._last_error: dict[Key, str] = {}
         self._unverified: set[Key] = set()
         """VMs seen in the initial listing: a child missing from the store is confirmed by a GET."""
         self.verifier_image = verifier_image_from_env()
         """The operator's own image, run by SI-7 verifier pods (None: the verifier cannot run)."""
         self.platform = Platform(api, vm_known=lambda ns, vm: store.contains(kube.UDS_VM, ns, vm))
         """KVM guard, CDI source allowlist, live-migration note, UDS Package rules (controller.platform)."""
-
-    # ------------------------------------------------------------------------------------------ queue
-
-    def enqueue(self, namespace: str, name: str) -> None:
-        """Ask for a reconcile of one VM; duplicates while queued collapse into one."""
-        self._queue.enqueue((namespace, name))
 
     def verify_children(self, namespace: str, name: str) -> None:
         """Until this VM's next successful reconcile, confirm a store miss for a child with one GET.
@@ -129,50 +118,13 @@ class Reconciler:
         """
         self._unverified.add((namespace, name))
 
-    def idle(self) -> bool:
-        """True when nothing is queued or running (benchmarks and tests wait for this)."""
-        return self._queue.idle()
+    def error_subject(self, key: Key) -> Mapping[str, Any] | None:
+        """A failed reconcile's Warning Event regards the VM as the store last saw it."""
+        return self.store.get(kube.UDS_VM, *key)
 
-    @property
-    def completed(self) -> int:
-        """Reconciles finished (any outcome): lets a health check or benchmark see progress."""
-        return self._queue.completed
-
-    async def run(self) -> None:
-        """Run the worker pool until cancelled."""
-        await self._queue.run()
-
-    async def _reconcile_with_retry(self, key: Key) -> None:
-        started = time.perf_counter()
-        try:
-            await self.reconcile(*key)
-        except Exception as exc:  # the loop must survive anything one object can throw at it
-            delay = self._backoff.failed(key, exc)
-            self.metrics.reconcile_total.labels(status="error").inc()
-            log.warning(
-                "reconcile failed",
-                extra={"vm": f"{key[0]}/{key[1]}", "error": str(exc), "retry_in_s": delay},
-                exc_info=not isinstance(exc, ControllerError),
-            )
-            await self._report_error(key, exc)
-            asyncio.get_running_loop().call_later(delay, self.enqueue, *key)
-        else:
-            self._backoff.succeeded(key)
-            self._last_error.pop(key, None)
-            self._unverified.discard(key)
-        finally:
-            self.metrics.reconcile_duration_seconds.observe(time.perf_counter() - started)
-
-    async def _report_error(self, key: Key, exc: Exception) -> None:
-        """One Warning Event per distinct error message, not one per retry."""
-        message = str(exc)
-        if self._last_error.get(key) == message:
-            return
-        self._last_error[key] = message
-        owner = self.store.get(kube.UDS_VM, *key)
-        if owner is None:
-            return
-        await self._emit_best_effort(owner, "Warning", "ReconcileError", message)
+    def succeeded(self, key: Key) -> None:
+        """A successful reconcile has seen every child: store misses are trusted from now on."""
+        self._unverified.discard(key)
 
     # -------------------------------------------------------------------------------------- reconcile
 
@@ -203,9 +155,9 @@ class Reconciler:
             return outcome
         platform = await self.platform.assess(owner_body, spec)
         for warning in platform.events:
-            if await self._emit_best_effort(owner_body, *warning):
+            if await self.emit(owner_body, *warning):
                 outcome.writes += 1
-        self.platform.requeue_later((namespace, name), platform.requeue_after_s, self.enqueue)
+        self.enqueue_after(namespace, name, platform.requeue_after_s)
 
         dv_name = f"{name}-dv"
         observed_dv = await self._observed(kube.DATA_VOLUME, namespace, dv_name, owner=name)
@@ -221,7 +173,7 @@ class Reconciler:
         )
         outcome.writes += await execute_verification(self.api, namespace, verification)
         for event in verification.events:
-            if await self._emit_best_effort(owner_body, event.type, event.reason, event.message):
+            if await self.emit(owner_body, event.type, event.reason, event.message):
                 outcome.writes += 1
         preliminary = self._base_observation(
             spec, facts, generation, datavolume=observed_dv, verification=verification
@@ -285,7 +237,7 @@ class Reconciler:
             outcome.writes += await self.platform.prune_stale(owner, owner_body, children)
         outcome.writes += package.writes
         for warning in package.events:
-            if await self._emit_best_effort(owner_body, *warning):
+            if await self.emit(owner_body, *warning):
                 outcome.writes += 1
 
         obs = self._base_observation(
@@ -308,7 +260,7 @@ class Reconciler:
         if golden is not None and golden.run_strategy is not None:  # the factory holds or runs the build VM
             obs = dataclasses.replace(obs, run_strategy=golden.run_strategy)
         outcome.writes += await execute_golden_image(
-            self.api, owner, golden, functools.partial(self._emit_best_effort, owner_body)
+            self.api, owner, golden, functools.partial(self.emit, owner_body)
         )
         golden_status = {"goldenImage": golden.status if golden is not None else None}
         await self._publish(owner_body, obs, outcome, status="success", extra_status=golden_status)
@@ -442,7 +394,7 @@ class Reconciler:
         """Write status (only if it changed), an Event on transitions, and the metrics."""
         meta = owner_body.get("metadata") or {}
         previous = owner_body.get("status") or {}
-        desired = derive_status(obs, previous, _rfc3339(self.clock()))
+        desired = derive_status(obs, previous, rfc3339(self.clock()))
         # status.goldenImage comes from the golden-image factory; a refusal (no factory run) keeps the last.
         desired.update(extra_status if extra_status is not None else carried_status(previous))
         desired["message"] = str(desired.get("message") or "")[:STATUS_MESSAGE_LIMIT]
@@ -455,7 +407,7 @@ class Reconciler:
             self.store.put(kube.UDS_VM, updated)
             outcome.writes += 1
             event = transition_event(previous, desired)
-            if event is not None and await self._emit_best_effort(owner_body, *event):
+            if event is not None and await self.emit(owner_body, *event):
                 outcome.writes += 1
         self.metrics.reconcile_total.labels(status=status).inc()
         self.metrics.record_vm(
@@ -465,31 +417,6 @@ class Reconciler:
             controls=_controls(desired),
             overhead_ratio=_overhead_ratio(owner_body),
         )
-
-    async def _emit_best_effort(
-        self, owner: Mapping[str, Any], event_type: str, reason: str, note: str
-    ) -> bool:
-        """Record an Event; a failure is logged, never allowed to fail the reconcile."""
-        try:
-            await self._emit(owner, event_type, reason, note)
-        except Exception as exc:
-            meta = owner.get("metadata") or {}
-            log.warning(
-                "event not recorded",
-                extra={"vm": f"{meta.get('namespace')}/{meta.get('name')}", "error": str(exc)},
-            )
-            return False
-        return True
-
-    async def _emit(self, owner: Mapping[str, Any], event_type: str, reason: str, note: str) -> None:
-        event = build_event(
-            {"apiVersion": kube.UDS_VM.api_version, "kind": kube.UDS_VM.kind, **owner},
-            event_type=event_type,
-            reason=reason,
-            note=note,
-            event_time=_micro_time(self.clock()),
-        )
-        await self.api.create(event)
 
 
 MAX_DISK_BYTES = (1 << 63) - 1
@@ -552,14 +479,6 @@ def _overhead_ratio(owner_body: Mapping[str, Any]) -> float | None:
     except (SpecError, ValueError, TypeError):
         return None
     return (pvc - virtual) / virtual if virtual else None
-
-
-def _rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _micro_time(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 __all__ = ["KubeApiError", "Outcome", "Reconciler", "utc_now"]

@@ -34,6 +34,7 @@ from uds_vm_operator.render.udspackage import (
     remove_vm_from_package,
 )
 from uds_vm_operator.runtime import kube
+from uds_vm_operator.runtime.conditions import Condition
 from uds_vm_operator.runtime.errors import KubeApiError
 
 log = logging.getLogger("uds_vm_operator.udspackage")
@@ -228,11 +229,11 @@ class PackageSync:
         )
 
 
-def package_condition(result: PackageResult, namespace: str, rule_count: int) -> tuple[str, str, str]:
+def package_condition(result: PackageResult, namespace: str, rule_count: int) -> Condition:
     """The ``UDSPackageSynced`` condition of a VM in uds-package mode."""
     if result.problem is not None:
-        return ("False", result.problem[0], result.problem[1])
-    return (
+        return Condition("False", result.problem[0], result.problem[1])
+    return Condition(
         "True",
         "RulesMerged",
         f"{rule_count} rule(s) of this VM are merged into UDS Package {namespace}/{result.package}; "

@@ -36,6 +36,7 @@ from uds_vm_operator.render.verifier import (
     render_verifier,
     verifier_pod_name,
 )
+from uds_vm_operator.runtime.conditions import Condition
 from uds_vm_operator.verify.digest import Digest, digest_or_none
 from uds_vm_operator.verify.result import VerifyResult, parse_result
 
@@ -47,8 +48,6 @@ IMAGE_RECORD_KEY = "image-record.json"
 VERIFIER_FIELD_MANAGER = "uds-vm-operator-verifier"
 
 State = Literal["not-declared", "awaiting-disk", "verifying", "verified", "failed"]
-Condition = tuple[str, str, str]
-"""(status, reason, message) of the ``ChecksumVerified`` condition."""
 
 
 # ------------------------------------------------------------------------------------------ image record
@@ -216,7 +215,7 @@ def decide(obs: VerificationInput) -> VerificationOutcome:
     if obs.declared_checksum is None:
         return VerificationOutcome(
             "not-declared",
-            ("False", "NoChecksumDeclared", "No digest is declared, so nothing was verified."),
+            Condition("False", "NoChecksumDeclared", "No digest is declared, so nothing was verified."),
             actions=cleanup,
         )
     declared = digest_or_none(obs.declared_checksum)
@@ -229,19 +228,21 @@ def decide(obs: VerificationInput) -> VerificationOutcome:
         state, reason, message = record_problem
         if state == "failed":
             return _failed(reason, message, cleanup)
-        return VerificationOutcome("verifying", ("False", reason, message), actions=cleanup)
+        return VerificationOutcome("verifying", Condition("False", reason, message), actions=cleanup)
 
     dv = obs.datavolume
     if dv is None or str((dv.get("status") or {}).get("phase") or "") != "Succeeded":
         return VerificationOutcome(
             "awaiting-disk",
-            ("False", "AwaitingDisk", "The digest is checked once the disk is populated; the VM stays off."),
+            Condition(
+                "False", "AwaitingDisk", "The digest is checked once the disk is populated; the VM stays off."
+            ),
             actions=cleanup,
         )
     if _cdi_checked(obs, dv, declared):
         return VerificationOutcome(
             "verified",
-            ("True", "CDIHTTPChecksum", f"CDI verified {declared} while importing."),
+            Condition("True", "CDIHTTPChecksum", f"CDI verified {declared} while importing."),
             verified_by=VERIFIED_BY_CDI,
             verified_digest=str(declared),
             actions=cleanup,
@@ -338,12 +339,14 @@ def _verify_in_cluster(
         disk_uid=dv_uid,
         image=obs.verifier_image or "",
     )
-    pending = ("False", "VerifierRunning", f"The in-cluster verifier is hashing the disk against {origin}.")
+    pending = Condition(
+        "False", "VerifierRunning", f"The in-cluster verifier is hashing the disk against {origin}."
+    )
     if pod is None:
         if not obs.verifier_image:
             return VerificationOutcome(
                 "verifying",
-                (
+                Condition(
                     "False",
                     "VerifierUnavailable",
                     "The operator does not know its own image, so it cannot run the verifier; set "
@@ -357,7 +360,7 @@ def _verify_in_cluster(
     if not _pod_is_about(pod, request):
         return VerificationOutcome(
             "verifying",
-            ("False", "VerifierRestarting", "The declaration or the disk changed; verifying again."),
+            Condition("False", "VerifierRestarting", "The declaration or the disk changed; verifying again."),
             actions=[_delete(pod)],
         )
     terminated = _terminated(pod)
@@ -375,7 +378,7 @@ def _verify_in_cluster(
     record = RecordVerdict(dv_name, dv_uid or None, {VERIFICATION_ANNOTATION: _verdict_annotation(result)})
     if result.result == "match":
         outcome = _verified(declared, expected, origin, [record, _delete(pod)])
-        event = Event("Normal", "ChecksumVerified", outcome.condition[2])
+        event = Event("Normal", "ChecksumVerified", outcome.condition.message)
         return VerificationOutcome(
             outcome.state,
             outcome.condition,
@@ -400,7 +403,7 @@ def _verify_in_cluster(
     )
     return VerificationOutcome(
         "failed",
-        ("False", "VerificationError", message),
+        Condition("False", "VerificationError", message),
         failure=("VerificationError", message),
         events=[Event("Warning", "VerificationError", message)],
     )
@@ -412,7 +415,9 @@ def _verified(
     detail = "" if expected == declared else f" (its raw content {expected}, from {origin})"
     return VerificationOutcome(
         "verified",
-        ("True", "InClusterVerifier", f"The in-cluster verifier confirmed {declared}{detail} on the disk."),
+        Condition(
+            "True", "InClusterVerifier", f"The in-cluster verifier confirmed {declared}{detail} on the disk."
+        ),
         verified_by=VERIFIED_BY_VERIFIER,
         verified_digest=str(declared),
         actions=list(actions),
@@ -443,7 +448,7 @@ def _mismatch(
         )
     return VerificationOutcome(
         "failed",
-        ("False", "ChecksumMismatch", message),
+        Condition("False", "ChecksumMismatch", message),
         failure=("ChecksumMismatch", message),
         events=events,
         actions=list(actions),
@@ -452,7 +457,7 @@ def _mismatch(
 
 def _failed(reason: str, message: str, actions: list[Action]) -> VerificationOutcome:
     return VerificationOutcome(
-        "failed", ("False", reason, message), failure=(reason, message), actions=actions
+        "failed", Condition("False", reason, message), failure=(reason, message), actions=actions
     )
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from uds_vm_operator.api.errors import SpecError
 from uds_vm_operator.api.models import ObjectRef, UDSVirtualMachineSpec
 from uds_vm_operator.api.quantity import parse_bytes
+from uds_vm_operator.apiversions import CDI_API_VERSION
 from uds_vm_operator.render.common import (
     ROLE_LABEL,
     ClusterFacts,
@@ -33,7 +34,6 @@ from uds_vm_operator.render.common import (
 from uds_vm_operator.render.datadisks import backup_labels
 from uds_vm_operator.sizing import pvc_size
 
-CDI_API_VERSION = "cdi.kubevirt.io/v1beta1"
 BIND_IMMEDIATE_ANNOTATION = "cdi.kubevirt.io/storage.bind.immediate.requested"
 DEFAULT_ACCESS_MODES = ("ReadWriteOnce",)
 

@@ -18,6 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from uds_vm_operator import FIELD_MANAGER
+from uds_vm_operator.apiversions import (
+    APIEXTENSIONS_API_VERSION,
+    CDI_API_VERSION,
+    EVENTS_API_VERSION,
+    GATEWAY_API_VERSION,
+    KOPF_API_VERSION,
+    KUBEVIRT_API_VERSION,
+    NETWORKING_API_VERSION,
+    UDS_API_VERSION,
+)
 from uds_vm_operator.runtime.errors import KubeApiError, KubeConfigError, KubeUnreachableError
 
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
@@ -65,12 +75,12 @@ def register_kind(kind: Kind) -> Kind:
     return known
 
 
-UDS_VM = register_kind(Kind("uds.dev/v1alpha1", "UDSVirtualMachine", "udsvirtualmachines"))
-DATA_VOLUME = register_kind(Kind("cdi.kubevirt.io/v1beta1", "DataVolume", "datavolumes"))
-DATA_SOURCE = register_kind(Kind("cdi.kubevirt.io/v1beta1", "DataSource", "datasources"))
-VIRTUAL_MACHINE = register_kind(Kind("kubevirt.io/v1", "VirtualMachine", "virtualmachines"))
+UDS_VM = register_kind(Kind(UDS_API_VERSION, "UDSVirtualMachine", "udsvirtualmachines"))
+DATA_VOLUME = register_kind(Kind(CDI_API_VERSION, "DataVolume", "datavolumes"))
+DATA_SOURCE = register_kind(Kind(CDI_API_VERSION, "DataSource", "datasources"))
+VIRTUAL_MACHINE = register_kind(Kind(KUBEVIRT_API_VERSION, "VirtualMachine", "virtualmachines"))
 VIRTUAL_MACHINE_INSTANCE = register_kind(
-    Kind("kubevirt.io/v1", "VirtualMachineInstance", "virtualmachineinstances")
+    Kind(KUBEVIRT_API_VERSION, "VirtualMachineInstance", "virtualmachineinstances")
 )
 SECRET = register_kind(Kind("v1", "Secret", "secrets"))
 PVC = register_kind(Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims"))
@@ -78,15 +88,15 @@ SERVICE = register_kind(Kind("v1", "Service", "services"))
 POD = register_kind(Kind("v1", "Pod", "pods"))
 CONFIG_MAP = register_kind(Kind("v1", "ConfigMap", "configmaps"))
 NODE = register_kind(Kind("v1", "Node", "nodes", namespaced=False))
-NETWORK_POLICY = register_kind(Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies"))
-HTTP_ROUTE = register_kind(Kind("gateway.networking.k8s.io/v1", "HTTPRoute", "httproutes"))
-EVENT = register_kind(Kind("events.k8s.io/v1", "Event", "events"))
-KOPF_PEERING = register_kind(Kind("kopf.dev/v1", "KopfPeering", "kopfpeerings"))
+NETWORK_POLICY = register_kind(Kind(NETWORKING_API_VERSION, "NetworkPolicy", "networkpolicies"))
+HTTP_ROUTE = register_kind(Kind(GATEWAY_API_VERSION, "HTTPRoute", "httproutes"))
+EVENT = register_kind(Kind(EVENTS_API_VERSION, "Event", "events"))
+KOPF_PEERING = register_kind(Kind(KOPF_API_VERSION, "KopfPeering", "kopfpeerings"))
 CLUSTER_KOPF_PEERING = register_kind(
-    Kind("kopf.dev/v1", "ClusterKopfPeering", "clusterkopfpeerings", namespaced=False)
+    Kind(KOPF_API_VERSION, "ClusterKopfPeering", "clusterkopfpeerings", namespaced=False)
 )
 CRD = register_kind(
-    Kind("apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", namespaced=False)
+    Kind(APIEXTENSIONS_API_VERSION, "CustomResourceDefinition", "customresourcedefinitions", namespaced=False)
 )
 
 
