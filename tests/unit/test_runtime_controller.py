@@ -32,17 +32,14 @@ class EventSink:
 class Flaky(Controller):
     """Fails ``failures`` times with the same message, then succeeds."""
 
+    kind = kube.UDS_VM
+    subject = "vm"
+    queue_name = "test"
+    log = logging.getLogger("test.controller")
+
     def __init__(self, api: Any, failures: int) -> None:
         super().__init__(
-            api,
-            OperatorMetrics(),
-            kind=kube.UDS_VM,
-            subject="vm",
-            queue_name="test",
-            workers=1,
-            non_retryable_s=60.0,
-            clock=lambda: datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC),
-            logger=logging.getLogger("test.controller"),
+            api, OperatorMetrics(), workers=1, clock=lambda: datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
         )
         self.failures = failures
         self.calls = 0

@@ -92,6 +92,13 @@ class PoolTemplateMissingError(ControllerError):
 class PoolController(Controller):
     """The UDSVirtualMachinePool controller (one reconcile per pool at a time), on the shared base."""
 
+    kind = POOL
+    subject = "pool"
+    queue_name = "pool"
+    non_retryable_s = MAX_BACKOFF_S
+    record_reconcile_metrics = False  # pools report pool_replicas, not the VM series
+    log = log
+
     def __init__(
         self,
         api: kube.KubeApi,
@@ -100,18 +107,7 @@ class PoolController(Controller):
         workers: int = 2,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
-        super().__init__(
-            api,
-            metrics,
-            kind=POOL,
-            subject="pool",
-            queue_name="pool",
-            workers=workers,
-            non_retryable_s=MAX_BACKOFF_S,
-            clock=clock,
-            logger=log,
-            record_reconcile_metrics=False,
-        )
+        super().__init__(api, metrics, workers=workers, clock=clock)
 
     # ------------------------------------------------------------------------------------------ wiring
 

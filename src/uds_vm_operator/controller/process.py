@@ -116,23 +116,7 @@ async def _serve(options: RunOptions) -> None:
         pools.register(registry)
         pool_workers = asyncio.create_task(pools.run(), name="pool-workers")
 
-    @kopf.on.login(registry=registry)
-    async def login(**kwargs: Any) -> Any:
-        if options.kubeconfig:
-            return kopf.login_with_kubeconfig(**kwargs)
-        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
-
-    settings = kopf.OperatorSettings()
-    scan_cluster = needs_cluster_scanning(options.namespaces)
-    configure_settings(settings, max_workers=options.max_workers, scan_cluster=scan_cluster)
-    use_no_diffbase_if_event_only(settings, registry)
-    apply_peering_settings(
-        settings,
-        name=options.peering,
-        standalone=options.standalone,
-        priority=options.priority,
-        lifetime_s=options.peering_lifetime,
-    )
+    settings, scan_cluster = _kopf_settings(options, registry)
     clusterwide = options.all_namespaces or not options.namespaces
     await warn_if_peering_object_missing(
         api, name=options.peering, clusterwide=clusterwide, namespaces=options.namespaces
@@ -181,6 +165,31 @@ async def _serve(options: RunOptions) -> None:
         metrics_server.close()
         await api.close()
         log.info("operator stopped")
+
+
+def _kopf_settings(
+    options: RunOptions, registry: kopf.OperatorRegistry
+) -> tuple[kopf.OperatorSettings, bool]:
+    """kopf's login, watch, persistence and peering settings; True when it must scan the cluster for CRDs."""
+
+    @kopf.on.login(registry=registry)
+    async def login(**kwargs: Any) -> Any:
+        if options.kubeconfig:
+            return kopf.login_with_kubeconfig(**kwargs)
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    settings = kopf.OperatorSettings()
+    scan_cluster = needs_cluster_scanning(options.namespaces)
+    configure_settings(settings, max_workers=options.max_workers, scan_cluster=scan_cluster)
+    use_no_diffbase_if_event_only(settings, registry)
+    apply_peering_settings(
+        settings,
+        name=options.peering,
+        standalone=options.standalone,
+        priority=options.priority,
+        lifetime_s=options.peering_lifetime,
+    )
+    return settings, scan_cluster
 
 
 async def _stop_when_served_kinds_change(

@@ -136,6 +136,12 @@ class VmReconcile:
 class Reconciler(Controller):
     """The UDSVirtualMachine controller: one reconcile at a time per VM, on the shared controller base."""
 
+    kind = kube.UDS_VM
+    subject = "vm"
+    queue_name = "reconcile"
+    non_retryable_s = MAX_BACKOFF_S * 5
+    log = log
+
     def __init__(
         self,
         api: kube.KubeApi,
@@ -146,17 +152,7 @@ class Reconciler(Controller):
         workers: int = 8,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
-        super().__init__(
-            api,
-            metrics,
-            kind=kube.UDS_VM,
-            subject="vm",
-            queue_name="reconcile",
-            workers=workers,
-            non_retryable_s=MAX_BACKOFF_S * 5,
-            clock=clock,
-            logger=log,
-        )
+        super().__init__(api, metrics, workers=workers, clock=clock)
         self.store = store
         self.facts = facts
         self._unverified: set[Key] = set()

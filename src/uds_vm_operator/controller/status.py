@@ -180,6 +180,11 @@ def _disk(obs: Observation) -> tuple[str, Condition]:
     dv = obs.datavolume
     if dv is None:
         return "Pending", Condition("False", "DataVolumeMissing", "The DataVolume has not been created yet.")
+    return _disk_from_datavolume(dv)
+
+
+def _disk_from_datavolume(dv: Mapping[str, Any]) -> tuple[str, Condition]:
+    """Our phase and ``DiskReady`` from the phase CDI reports on an existing DataVolume."""
     dv_phase = _dv_phase(dv)
     name = (dv.get("metadata") or {}).get("name", "the DataVolume")
     if dv_phase == "Succeeded":

@@ -223,13 +223,27 @@ def decide(obs: VerificationInput) -> VerificationOutcome:
         message = f"The declared digest {obs.declared_checksum!r} is not sha256:<64 hex> or sha512:<128 hex>."
         return _failed("InvalidChecksum", message, cleanup)
 
-    record_problem = _check_image_record(obs, declared)
-    if record_problem is not None:
-        state, reason, message = record_problem
-        if state == "failed":
-            return _failed(reason, message, cleanup)
-        return VerificationOutcome("verifying", Condition("False", reason, message), actions=cleanup)
+    held = _held_by_image_record(obs, declared, cleanup)
+    if held is not None:
+        return held
+    return _decide_on_disk(obs, declared, cleanup)
 
+
+def _held_by_image_record(
+    obs: VerificationInput, declared: Digest, cleanup: list[Action]
+) -> VerificationOutcome | None:
+    """The referenced image record is missing, unreadable or contradicts the declaration (else None)."""
+    record_problem = _check_image_record(obs, declared)
+    if record_problem is None:
+        return None
+    state, reason, message = record_problem
+    if state == "failed":
+        return _failed(reason, message, cleanup)
+    return VerificationOutcome("verifying", Condition("False", reason, message), actions=cleanup)
+
+
+def _decide_on_disk(obs: VerificationInput, declared: Digest, cleanup: list[Action]) -> VerificationOutcome:
+    """A valid declaration: wait for the disk, accept CDI's own check, or verify in the cluster."""
     dv = obs.datavolume
     if dv is None or str((dv.get("status") or {}).get("phase") or "") != "Succeeded":
         return VerificationOutcome(
@@ -262,7 +276,13 @@ def _check_image_record(obs: VerificationInput, declared: Digest) -> tuple[State
         )
     if obs.image_record_problem is not None or obs.image_record is None:
         return ("failed", "ImageRecordInvalid", obs.image_record_problem or "The image record is unreadable.")
-    record = obs.image_record
+    return _record_contradiction(obs, obs.image_record, declared)
+
+
+def _record_contradiction(
+    obs: VerificationInput, record: ImageRecord, declared: Digest
+) -> tuple[State, str, str] | None:
+    """Where a readable image record disagrees with the declared digest or the declared size."""
     sealed = record.file_digest(declared.algorithm)
     if sealed is not None and declared not in (sealed, record.content_sha256):
         return (
@@ -339,6 +359,20 @@ def _verify_in_cluster(
         disk_uid=dv_uid,
         image=obs.verifier_image or "",
     )
+    return _verifier_pod_step(obs, dv_name, request, declared=declared, expected=expected, origin=origin)
+
+
+def _verifier_pod_step(
+    obs: VerificationInput,
+    dv_name: str,
+    request: VerifierRequest,
+    *,
+    declared: Digest,
+    expected: Digest,
+    origin: str,
+) -> VerificationOutcome:
+    """No verdict recorded yet: start, restart or wait for the verifier pod, or read its verdict."""
+    pod = obs.verifier_pod
     pending = Condition(
         "False", "VerifierRunning", f"The in-cluster verifier is hashing the disk against {origin}."
     )
@@ -374,8 +408,24 @@ def _verify_in_cluster(
                 [],
             )
         return VerificationOutcome("verifying", pending)
-    result = _verdict_of(terminated, str(expected), size)
-    record = RecordVerdict(dv_name, dv_uid or None, {VERIFICATION_ANNOTATION: _verdict_annotation(result)})
+    result = _verdict_of(terminated, str(expected), request.virtual_size_bytes)
+    record = RecordVerdict(
+        dv_name, request.disk_uid or None, {VERIFICATION_ANNOTATION: _verdict_annotation(result)}
+    )
+    return _verdict_outcome(obs, pod, result, record, declared=declared, expected=expected, origin=origin)
+
+
+def _verdict_outcome(
+    obs: VerificationInput,
+    pod: Mapping[str, Any],
+    result: VerifyResult,
+    record: RecordVerdict,
+    *,
+    declared: Digest,
+    expected: Digest,
+    origin: str,
+) -> VerificationOutcome:
+    """The verifier pod finished: record its verdict on the DataVolume and say what it means."""
     if result.result == "match":
         outcome = _verified(declared, expected, origin, [record, _delete(pod)])
         event = Event("Normal", "ChecksumVerified", outcome.condition.message)

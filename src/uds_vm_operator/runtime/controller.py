@@ -19,7 +19,7 @@ from uds_vm_operator.metrics import OperatorMetrics
 from uds_vm_operator.runtime import kube
 from uds_vm_operator.runtime.errors import ControllerError
 from uds_vm_operator.runtime.events import build_event
-from uds_vm_operator.runtime.workqueue import Backoff, KeyedWorkQueue
+from uds_vm_operator.runtime.workqueue import MAX_BACKOFF_S, Backoff, KeyedWorkQueue
 
 Key = tuple[str, str]
 """(namespace, name) of the object a controller reconciles."""
@@ -41,39 +41,39 @@ def micro_time(moment: datetime) -> str:
 
 
 class Controller:
-    """Owns the work queue of one kind and runs :meth:`reconcile` for one key at a time per key."""
+    """Owns the work queue of one kind and runs :meth:`reconcile` for one key at a time per key.
+
+    A subclass declares what differs between controllers as class attributes.
+    """
+
+    kind: kube.Kind
+    """What the controller reconciles; its Events regard objects of this kind."""
+    subject: str
+    """The log field naming the object ("vm", "pool")."""
+    queue_name: str
+    """Names the worker tasks."""
+    non_retryable_s: float = MAX_BACKOFF_S
+    """How long an error marked ``retryable = False`` waits before the next try."""
+    record_reconcile_metrics: bool = True
+    """Count outcomes and durations in ``reconcile_total`` / ``reconcile_duration_seconds``."""
+    log: logging.Logger = logging.getLogger("uds_vm_operator.controller")
 
     def __init__(
         self,
         api: kube.KubeApi,
         metrics: OperatorMetrics,
         *,
-        kind: kube.Kind,
-        subject: str,
-        queue_name: str,
         workers: int,
-        non_retryable_s: float,
         clock: Callable[[], datetime] = utc_now,
-        logger: logging.Logger,
-        record_reconcile_metrics: bool = True,
     ) -> None:
-        """``subject``: the log field naming the object ("vm", "pool"); ``kind``: what Events regard.
-
-        ``record_reconcile_metrics``: count outcomes and durations in ``reconcile_total`` /
-        ``reconcile_duration_seconds`` (the VM controller's series; the pool controller reports replicas).
-        """
         self.api = api
         self.metrics = metrics
-        self.kind = kind
-        self.subject = subject
         self.workers = max(1, workers)
         self.clock = clock
-        self.log = logger
-        self._record_reconcile_metrics = record_reconcile_metrics
         self._queue: KeyedWorkQueue[Key] = KeyedWorkQueue(
-            self._reconcile_with_retry, workers=self.workers, name=queue_name
+            self._reconcile_with_retry, workers=self.workers, name=self.queue_name
         )
-        self._backoff: Backoff[Key] = Backoff(non_retryable_s=non_retryable_s)
+        self._backoff: Backoff[Key] = Backoff(non_retryable_s=self.non_retryable_s)
         self._last_error: dict[Key, str] = {}
 
     # ------------------------------------------------------------------------------------------ queue
@@ -121,7 +121,7 @@ class Controller:
             await self.reconcile(*key)
         except Exception as exc:  # the loop must survive anything one object can throw at it
             delay = self._backoff.failed(key, exc)
-            if self._record_reconcile_metrics:
+            if self.record_reconcile_metrics:
                 self.metrics.reconcile_total.labels(status="error").inc()
             prefix = "" if self.subject == "vm" else f"{self.subject} "
             self.log.warning(
@@ -136,7 +136,7 @@ class Controller:
             self._last_error.pop(key, None)
             self.succeeded(key)
         finally:
-            if self._record_reconcile_metrics:
+            if self.record_reconcile_metrics:
                 self.metrics.reconcile_duration_seconds.observe(time.perf_counter() - started)
 
     async def _report_error(self, key: Key, exc: Exception) -> None:

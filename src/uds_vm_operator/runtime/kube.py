@@ -224,6 +224,10 @@ class KubeApi:
                 return items
             params["continue"] = token
 
+    def _write_params(self, field_manager: str | None = None) -> dict[str, str]:
+        """The two parameters every write carries: one owner for its fields, and Strict field validation."""
+        return {"fieldManager": field_manager or self.field_manager, "fieldValidation": "Strict"}
+
     async def apply(self, manifest: Mapping[str, Any], *, force: bool = True) -> dict[str, Any]:
         """Server-side apply ``manifest`` under our field manager with Strict field validation."""
         kind = kind_of(manifest)
@@ -234,11 +238,7 @@ class KubeApi:
             kind.path(meta.get("namespace"), meta["name"]),
             body=manifest,
             content_type=APPLY_CONTENT_TYPE,
-            params={
-                "fieldManager": self.field_manager,
-                "force": "true" if force else "false",
-                "fieldValidation": "Strict",
-            },
+            params={**self._write_params(), "force": "true" if force else "false"},
             what=what,
         )
         return result or {}
@@ -251,7 +251,7 @@ class KubeApi:
             "POST",
             kind.path(namespace),
             body=manifest,
-            params={"fieldManager": self.field_manager, "fieldValidation": "Strict"},
+            params=self._write_params(),
             what=f"create {kind.kind} in {namespace}",
         )
         return result or {}
@@ -276,7 +276,7 @@ class KubeApi:
             kind.path(namespace, name, subresource),
             body=patch,
             content_type=MERGE_CONTENT_TYPE,
-            params={"fieldManager": field_manager or self.field_manager, "fieldValidation": "Strict"},
+            params=self._write_params(field_manager),
             what=f"patch {kind.kind} {namespace}/{name}{'/' + subresource if subresource else ''}",
         )
         return result or {}
