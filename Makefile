@@ -70,7 +70,24 @@ node-up: install node-deps node-bins ## add one real node to the control plane (
 node-down: ## stop the real node and remove everything it made (processes, mounts, veths, bridge, loop devices, iptables)
 	@if [ -x $(PY) ]; then $(PY) tools/node/node.py down --state-dir $(ENVTEST_DIR); fi
 
-test: install system-deps node-deps envtest-bins node-bins kubevirt-bins helm-bin zarf-schema guest-image cdi-images lint crds-check deploy-check compliance-check lock-check provenance-bins test-floors ## install everything, then run every test tier
+# `make test` prepares in three phases, because cold CI on two cores depends on it:
+#  1. the Debian packages, one script after another (apt and dpkg take one lock);
+#  2. every build and download at once (TEST_JOBS): Go builds, mmdebstrap images and module downloads overlap, and the
+#     chains that share Go build cache entries stay in order (envtest-bins before node-bins, cdi-bins before cdi-images);
+#  3. the checks (lint, generated-file drift, the dependency floors), then every test tier.
+TEST_JOBS ?= 3
+.PHONY: test-packages test-builds test-checks
+test-packages: system-deps node-deps guest-deps image-deps ## the Debian packages every test tier needs (one after another)
+
+test-builds: envtest-bins node-bins kubevirt-bins helm-bin zarf-schema guest-image cdi-images provenance-bins ## every build the test tiers need (run in parallel by `make test`)
+
+test-checks: lint crds-check deploy-check compliance-check lock-check test-floors ## static checks and generated-file drift
+
+test: install ## install everything, build what the tiers need (in parallel), check, then run every test tier
+	@$(MAKE) --no-print-directory test-packages
+	@echo "make test: building with -j$(TEST_JOBS) (each build's log appears when it ends)"
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-builds
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-checks
 	$(PY) -m pytest -q tests
 
 guest-deps: ## install the Debian packages the guest tier needs (QEMU, mmdebstrap, syslinux, xorriso, cloud-init)
