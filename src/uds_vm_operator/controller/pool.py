@@ -47,6 +47,8 @@ from uds_vm_operator.fleet import (
     revision_hash,
     seconds_until_next_deadline,
 )
+from uds_vm_operator.fleet.actions import Action
+from uds_vm_operator.fleet.planner import RolloutParameters
 from uds_vm_operator.fleet.status import Revisions, condition, count_members, merge_conditions
 from uds_vm_operator.metrics import POOL_STATES, OperatorMetrics
 from uds_vm_operator.runtime import kube
@@ -172,42 +174,22 @@ class PoolController(Controller):
             await self._record_revision(pool, template_revision, raw_template)
 
         members = await self._members(namespace, name)
-        actions = plan_rollout(
-            params, members, target_revision=revisions.target, previous_revision=revisions.current, now=now
+        actions, revisions = await self._plan(
+            pool,
+            params,
+            members,
+            revisions=revisions,
+            template_revision=template_revision,
+            now=now,
+            outcome=outcome,
         )
         halt = next((a for a in actions if isinstance(a, HaltRollout)), None)
-        rollback = next((a for a in actions if isinstance(a, Rollback)), None)
-        if rollback is not None:
-            # Remember the failed revision and plan again towards the previous one, in this reconcile.
-            revisions = Revisions(
-                template=template_revision,
-                target=rollback.to_revision,
-                current=revisions.current,
-                failed=rollback.from_revision,
-            )
-            outcome.rolled_back = True
-            await self.emit(
-                pool,
-                "Warning",
-                "RolledBack",
-                f"revision {rollback.from_revision} stalled ({halt.message if halt else 'deadline'}); "
-                f"returning every member to revision {rollback.to_revision}",
-            )
-            actions = plan_rollout(
-                params, members, target_revision=revisions.target, previous_revision=None, now=now
-            )
-            halt = next((a for a in actions if isinstance(a, HaltRollout)), None)
         outcome.halted = halt is not None
 
         target_template = raw_template
         if revisions.target != template_revision and any(isinstance(a, CreateMember) for a in actions):
             target_template = await self._template_of(pool, revisions.target)
-        ref = PoolRef(name=name, namespace=namespace, uid=str(meta.get("uid")))
-        for action in actions:
-            if isinstance(action, CreateMember):
-                outcome.created += await self._create_member(pool, ref, target_template, action)
-            elif isinstance(action, DeleteMember):
-                outcome.deleted += await self._delete_member(pool, members, action)
+        await self._act(pool, members, actions, target_template, outcome)
 
         status = pool_status(
             pool_name=name,
@@ -222,19 +204,66 @@ class PoolController(Controller):
         await self._publish(pool, previous, status, halt, outcome)
         self._record_metrics(namespace, name, params.replicas, members, revisions.target)
         wait_s = seconds_until_next_deadline(params, members, target_revision=revisions.target, now=now)
-        if wait_s is not None:
-            self.enqueue_after(namespace, name, wait_s + DEADLINE_SLACK_S)
-        log.debug(
-            "pool reconciled",
-            extra={
-                "pool": f"{namespace}/{name}",
-                "actions": ", ".join(type(action).__name__ for action in actions) or "none",
-                "members": len(members),
-                "target": revisions.target,
-                "recheck_in_s": None if wait_s is None else round(wait_s + DEADLINE_SLACK_S, 1),
-            },
-        )
+        recheck_s = None if wait_s is None else wait_s + DEADLINE_SLACK_S
+        self.enqueue_after(namespace, name, recheck_s)
+        _log_reconciled(pool, actions, members, revisions.target, recheck_s)
         return outcome
+
+    async def _act(
+        self,
+        pool: Mapping[str, Any],
+        members: Sequence[MemberView],
+        actions: Sequence[Action],
+        template: Mapping[str, Any],
+        outcome: PoolOutcome,
+    ) -> None:
+        """Create and delete members as planned (the other actions only shape status and Events)."""
+        meta = pool["metadata"]
+        ref = PoolRef(name=meta["name"], namespace=meta["namespace"], uid=str(meta.get("uid")))
+        for action in actions:
+            if isinstance(action, CreateMember):
+                outcome.created += await self._create_member(pool, ref, template, action)
+            elif isinstance(action, DeleteMember):
+                outcome.deleted += await self._delete_member(pool, members, action)
+
+    async def _plan(
+        self,
+        pool: Mapping[str, Any],
+        params: RolloutParameters,
+        members: Sequence[MemberView],
+        *,
+        revisions: Revisions,
+        template_revision: str,
+        now: datetime,
+        outcome: PoolOutcome,
+    ) -> tuple[list[Action], Revisions]:
+        """The planner's actions; a stalled revision that asks for a rollback is planned again, at once,
+        towards the previous revision (the failed one is remembered in the returned revisions)."""
+        actions = plan_rollout(
+            params, members, target_revision=revisions.target, previous_revision=revisions.current, now=now
+        )
+        rollback = next((a for a in actions if isinstance(a, Rollback)), None)
+        if rollback is None:
+            return actions, revisions
+        halt = next((a for a in actions if isinstance(a, HaltRollout)), None)
+        revisions = Revisions(
+            template=template_revision,
+            target=rollback.to_revision,
+            current=revisions.current,
+            failed=rollback.from_revision,
+        )
+        outcome.rolled_back = True
+        await self.emit(
+            pool,
+            "Warning",
+            "RolledBack",
+            f"revision {rollback.from_revision} stalled ({halt.message if halt else 'deadline'}); "
+            f"returning every member to revision {rollback.to_revision}",
+        )
+        actions = plan_rollout(
+            params, members, target_revision=revisions.target, previous_revision=None, now=now
+        )
+        return actions, revisions
 
     async def _members(self, namespace: str, pool: str) -> list[MemberView]:
         objects = await self.api.list(kube.UDS_VM, namespace, label_selector=f"{POOL_LABEL}={pool}")
@@ -456,6 +485,26 @@ class PoolController(Controller):
     ) -> None:
         for state, value in count_members(replicas, members, target).as_states().items():
             self.metrics.pool_replicas.labels(pool=name, namespace=namespace, state=state).set(value)
+
+
+def _log_reconciled(
+    pool: Mapping[str, Any],
+    actions: Sequence[Action],
+    members: Sequence[MemberView],
+    target: str,
+    recheck_s: float | None,
+) -> None:
+    meta = pool["metadata"]
+    log.debug(
+        "pool reconciled",
+        extra={
+            "pool": f"{meta['namespace']}/{meta['name']}",
+            "actions": ", ".join(type(action).__name__ for action in actions) or "none",
+            "members": len(members),
+            "target": target,
+            "recheck_in_s": None if recheck_s is None else round(recheck_s, 1),
+        },
+    )
 
 
 def _revision_object_name(pool: str, revision: str) -> str:
