@@ -1,10 +1,12 @@
-"""The reconcile loop of UDSVirtualMachine: read world → render → apply the difference → derive status.
+"""The UDSVirtualMachine controller: observe → decide → apply → publish, one VM at a time per key.
 
-Watch events (of the VM and of its children) only *enqueue* the VM's key; a bounded pool of workers takes
-keys from a de-duplicating queue, so a burst of events for one VM costs one reconcile, two workers never
-reconcile the same VM at once, and concurrency is capped. Failures are retried with exponential backoff
-per key; a spec the operator cannot honour is reported (condition + Event) and not retried until it
-changes, because retrying cannot fix it.
+Watch events (of the VM and of its children) only *enqueue* the VM's key (``controller/handlers.py``); the
+shared controller base (``runtime/controller.py``) runs a bounded pool of workers over a de-duplicating
+queue, so a burst of events for one VM costs one reconcile, two workers never reconcile the same VM at once,
+and failures are retried with exponential backoff per key. One reconcile reads (observe), decides purely
+what the children should be (decide), writes the difference (apply) and derives status from what it saw
+(publish), all over one :class:`VmReconcile`. A spec the operator cannot honour is reported (condition +
+Event) and not retried until it changes, because retrying cannot fix it. See docs/architecture.md.
 """
 
 from __future__ import annotations
