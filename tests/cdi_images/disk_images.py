@@ -15,6 +15,7 @@ import re
 import socketserver
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -107,6 +108,15 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         self.send_header("Accept-Ranges", "bytes")
         super().end_headers()
 
+    def copyfile(self, source: Any, outputfile: Any) -> None:
+        """Send the body in 1 MiB pieces, pausing `pause_per_mib_s` after each (0: at full speed), so a
+        fault test can act while CDI's importer is still downloading."""
+        pause = float(getattr(self.server, "pause_per_mib_s", 0.0))
+        while chunk := source.read(MIB):
+            outputfile.write(chunk)
+            if pause:
+                time.sleep(pause)
+
 
 class _Limited:
     """A file object that yields only `left` bytes, for a range response."""
@@ -128,13 +138,14 @@ class _Limited:
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     requests: list[str]
+    pause_per_mib_s: float
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """nbdkit and qemu-img drop connections once they have read what they need: not an error here."""
 
 
 @contextmanager
-def image_server(folder: Path, address: str) -> Iterator[tuple[str, list[str]]]:
+def image_server(folder: Path, address: str, pause_per_mib_s: float = 0.0) -> Iterator[tuple[str, list[str]]]:
     """Serve `folder` on `address` (a free port); yields the base URL and the request log."""
 
     def handler(*args: Any) -> _Handler:
@@ -142,6 +153,7 @@ def image_server(folder: Path, address: str) -> Iterator[tuple[str, list[str]]]:
 
     server = _Server((address, 0), handler)
     server.requests = []
+    server.pause_per_mib_s = pause_per_mib_s
     thread = threading.Thread(target=server.serve_forever, name="cdi-image-server", daemon=True)
     thread.start()
     try:
@@ -149,3 +161,29 @@ def image_server(folder: Path, address: str) -> Iterator[tuple[str, list[str]]]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+# ------------------------------------------------------------------------------------------- volumes
+
+
+@contextmanager
+def real_volume(workdir: Path, size_bytes: int, filesystem: str) -> Iterator[Path]:
+    """A filesystem of exactly `size_bytes` on a loop device (as a local PV of that capacity would be)."""
+    backing, mount = workdir / f"{filesystem}.img", workdir / f"{filesystem}-mnt"
+    with open(backing, "wb") as handle:
+        handle.truncate(size_bytes)
+    device = subprocess.run(
+        ["losetup", "--find", "--show", str(backing)], capture_output=True, text=True, check=True
+    )
+    loop = device.stdout.strip()
+    try:
+        mkfs = ["mkfs.ext4", "-q", "-F", "-m", "0"] if filesystem == "ext4" else ["mkfs.xfs", "-q", "-f"]
+        subprocess.run([*mkfs, loop], check=True, capture_output=True)
+        mount.mkdir()
+        subprocess.run(["mount", loop, str(mount)], check=True)
+        try:
+            yield mount
+        finally:
+            subprocess.run(["umount", str(mount)], check=True)
+    finally:
+        subprocess.run(["losetup", "--detach", loop], check=True)

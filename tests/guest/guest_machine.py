@@ -5,7 +5,9 @@ The seed is built the way KubeVirt builds it for ``cloudInitNoCloud`` (virt-laun
 ``local-hostname``, ``network-config`` only when network data is given, written into an ISO 9660 volume
 labelled ``cidata`` by ``xorrisofs -volid cidata -joliet -rock -partition_cyl_align on`` and attached as a
 virtio disk. QEMU's user network is ``restrict=on`` (the guest reaches nothing), with one host forward on
-127.0.0.1 to the guest's port 22.
+127.0.0.1 to the guest's port 22 and, for a guest given one, a ``guestfwd`` to the loopback apt mirror.
+qemu-guest-agent is reached on a virtio-serial port (``org.qemu.guest_agent.0``) whose host end is a unix
+socket in the guest's work directory: the per-boot report is collected through it.
 """
 
 from __future__ import annotations
@@ -19,11 +21,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from guest_agent import GuestAgent
+
 from controlplane import free_loopback_port
 
-LOGIN_TIMEOUT_S = 420.0
-"""Upper bound for boot + first login under software emulation on a busy 2-core machine."""
+LOGIN_TIMEOUT_S = 1500.0
+"""Upper bound for boot + first login under software emulation on a busy, shared 2-core machine."""
 PROBE = Path(__file__).with_name("guest_probe.py")
+AGENT_FILES = (
+    "/etc/ssh/sshd_config",
+    "/etc/apt/sources.list",
+    "/run/cloud-init/result.json",
+    "/etc/apt/apt.conf.d/20auto-upgrades",
+)
+"""Files the report carries verbatim, read with guest-file-read (not through the probe)."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +110,7 @@ class Guest:
     image: Path
     seed: Path
     accelerator: Accelerator
+    guestfwd: str | None = None
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
@@ -108,6 +120,14 @@ class Guest:
     @property
     def console(self) -> Path:
         return self.workdir / "console.log"
+
+    @property
+    def agent_socket(self) -> Path:
+        return self.workdir / "qga.sock"
+
+    def agent(self) -> GuestAgent:
+        """A client for this guest's qemu-guest-agent (connect it before use)."""
+        return GuestAgent(self.agent_socket)
 
     def start(self) -> None:
         """Start QEMU on a copy-on-write overlay, so the cached image is never written."""
@@ -126,9 +146,13 @@ class Guest:
             "-serial", f"file:{self.console}",
             "-drive", f"file={overlay},if=virtio,format=qcow2",
             "-drive", f"file={self.seed},if=virtio,format=raw,readonly=on",
-            "-netdev", f"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{self.port}-:22",
+            "-netdev", f"user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:{self.port}-:22"
+            + (f",guestfwd={self.guestfwd}" if self.guestfwd else ""),
             "-device", "virtio-net-pci,netdev=n0",
             "-device", "virtio-rng-pci",
+            "-chardev", f"socket,id=qga0,path={self.agent_socket},server=on,wait=off",
+            "-device", "virtio-serial-pci",
+            "-device", "virtserialport,chardev=qga0,name=org.qemu.guest_agent.0",
         ]  # fmt: skip
         self.started_at = time.monotonic()
         with (self.workdir / "qemu.log").open("wb") as log:
@@ -201,13 +225,28 @@ class Guest:
             time.sleep(3)
         raise AssertionError(f"{user} could not log in within {LOGIN_TIMEOUT_S:.0f} s:\n{self.tail()}")
 
-    def probe(self, user: str, key: Path, watched: list[str]) -> dict[str, Any]:
-        """Run guest_probe.py as root (sudo) in the guest and return its JSON report."""
-        result = self.ssh(user, key, "sudo -n python3 - " + " ".join(watched), stdin=PROBE.read_text())
-        if result.returncode != 0:
-            raise AssertionError(f"the guest probe failed ({result.returncode}): {result.stderr[-3000:]}")
-        report: dict[str, Any] = json.loads(result.stdout)
-        return report
+    def probe_via_agent(self, watched: list[str], timeout_s: float = 900.0) -> dict[str, Any]:
+        """Run guest_probe.py as root through qemu-guest-agent (guest-exec) and return its JSON report."""
+        agent = self.agent()
+        try:
+            answered_s = agent.connect(timeout_s=min(timeout_s, 300.0))
+            info = agent.call("guest-info")
+            result = agent.exec(
+                ["/usr/bin/python3", "-", *watched], stdin=PROBE.read_text(), timeout_s=timeout_s
+            )
+            if result.exitcode != 0:
+                raise AssertionError(f"the guest probe failed ({result.exitcode}): {result.stderr[-3000:]}")
+            report: dict[str, Any] = json.loads(result.stdout)
+            report["collected_via"] = "qemu-guest-agent"
+            report["agent"] = {"version": info.get("version"), "answered_after_s": round(answered_s, 1)}
+            report["agent_files"] = {
+                path: (content.decode(errors="replace") if content is not None else None)
+                for path in AGENT_FILES
+                for content in [agent.read_file(path)]
+            }
+            return report
+        finally:
+            agent.close()
 
     def tail(self, limit: int = 4000) -> str:
         text = self.console.read_text(errors="replace") if self.console.exists() else "(no console)"

@@ -1,8 +1,9 @@
-"""Run INSIDE the booted guest (``sudo python3 -``, stdlib only): what the guest does, as one JSON object.
+"""Run INSIDE the booted guest (``python3 -`` as root, stdlib only): what the guest does, as one JSON object.
 
-Sent over SSH on stdin by the guest tier; never imported on the host. It waits for cloud-init to finish, then
-reads the effective sshd settings (``sshd -T``), the password state of every account of interest from
-/etc/shadow (only whether a usable hash exists, never the hash), and the update/FIPS/audit facts.
+Sent on stdin by the guest tier (qemu-guest-agent guest-exec); never imported on the host. It waits for
+cloud-init to finish, then reads the effective sshd settings (``sshd -T``), the password state of every
+account of interest from /etc/shadow (only whether a usable hash exists, never the hash), the packages and
+apt sources, and the update/FIPS/audit facts.
 """
 
 import json
@@ -11,6 +12,7 @@ import subprocess
 import sys
 
 WATCHED = sys.argv[1:]  # account names to report on (declared, hostile, undeclared)
+MIRROR_PACKAGES = ("hello", "tree", "uds-guest-canary")  # what the guest tier's apt mirror offers
 SSHD_KEYS = (
     "passwordauthentication",
     "permitrootlogin",
@@ -86,6 +88,12 @@ def main():
             read(os.path.join("/etc/apt/sources.list.d", f)) or ""
             for f in os.listdir("/etc/apt/sources.list.d")
         )
+    packages = {}
+    for name in MIRROR_PACKAGES:
+        rc, version = run("dpkg-query", "-W", "-f=${Status}|${Version}", name)
+        status, _, version = version.partition("|")
+        packages[name] = {"installed": rc == 0 and status.endswith(" installed"), "version": version or None}
+    log = read("/var/log/cloud-init.log") or ""
     report = {
         "uptime_s": float((read("/proc/uptime") or "0").split()[0]),
         "hostname": run("hostname")[1],
@@ -108,6 +116,19 @@ def main():
         "apt_sources": sources,
         "unattended_upgrades_installed": run("dpkg-query", "-W", "-f=${Status}", "unattended-upgrades")[1],
         "qemu_guest_agent": run("systemctl", "is-active", "qemu-guest-agent")[1],
+        "systemd_analyze": run("systemd-analyze", "time")[1],
+        "sshd_config_first_line": (read("/etc/ssh/sshd_config") or "").split("\n", 1)[0],
+        "packages": packages,
+        "apt_policy": run("apt-cache", "policy", *MIRROR_PACKAGES)[1],
+        "apt_lists": sorted(os.listdir("/var/lib/apt/lists")) if os.path.isdir("/var/lib/apt/lists") else [],
+        "apt_trusted": sorted(os.listdir("/etc/apt/trusted.gpg.d"))
+        if os.path.isdir("/etc/apt/trusted.gpg.d")
+        else [],
+        "cloud_init_package_failures": [
+            line
+            for line in log.splitlines()
+            if "Failed to install packages" in line or "Package update failed" in line
+        ],
     }
     json.dump(report, sys.stdout, sort_keys=True)
 

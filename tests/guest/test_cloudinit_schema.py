@@ -29,6 +29,7 @@ HOSTILE = (
     "users: [{name: eve, plain_text_passwd: hunter2, lock_passwd: false}]\n"
     "runcmd: [echo hello]\nwrite_files: [{path: /etc/motd, content: hi}]\n"
 )
+ARMORED_KEY = "-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmDMEZ0site\n-----END PGP PUBLIC KEY BLOCK-----\n"
 DIMENSIONS: dict[str, list[Any]] = {
     "flavor": ["ubuntu", "rhel", "debian"],
     "fips": [True, False],
@@ -40,6 +41,7 @@ DIMENSIONS: dict[str, list[Any]] = {
             "schedule": "Sun *-*-* 03:00",
             "rebootWindow": "04:30",
             "aptMirror": "http://mirror.site.internal/debian",
+            "aptMirrorKey": ARMORED_KEY,
             "yumMirror": "https://yum.site.internal/el9",
         },
     ],

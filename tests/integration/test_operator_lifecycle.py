@@ -47,7 +47,7 @@ def test_http_vm_goes_from_apply_to_ready_with_cdi_verified_digest(
 
     status = wait_phase(api, operator, namespace, "web", "Pending")
     assert status["reconciledBy"] == "kopf-python"
-    assert status["pvcSize"] == "11Mi"
+    assert status["pvcSize"] == "300Mi"
     assert status["source"] == "http"
     assert status["checksumVerified"] is False
     assert status["observedGeneration"] == created["metadata"]["generation"]
@@ -64,7 +64,7 @@ def test_http_vm_goes_from_apply_to_ready_with_cdi_verified_digest(
     assert (
         dv["spec"]["source"]["http"]["checksum"] == SHA
     )  # the control plane's CDI CRD (v1.65) has the field
-    assert "11Mi" in json.dumps(dv["spec"])
+    assert "300Mi" in json.dumps(dv["spec"])
     assert vm["spec"]["runStrategy"] == "Halted"  # verified before activation
     assert condition(status, "NetworkIsolated")["status"] == "True"
     assert condition(status, "Hardened")["status"] == "True"
@@ -185,7 +185,7 @@ def test_power_stop_and_start_flip_run_strategy_in_place(
     assert listing.returncode == 0, listing.stderr
     rows = json.loads(listing.stdout)
     assert [(r["name"], r["phase"], r["reconciledBy"], r["pvcSize"]) for r in rows] == [
-        ("pw", "Ready", "kopf-python", "11Mi")
+        ("pw", "Ready", "kopf-python", "300Mi")
     ]
     table = vmctl("inventory", "-A")
     assert table.returncode == 0 and "CHECKSUM-VERIFIED" in table.stdout and "pw" in table.stdout

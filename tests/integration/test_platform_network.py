@@ -128,7 +128,7 @@ def test_vpn_egress_goes_only_to_the_gateway_pods_and_dns_never_to_an_ip_block(
     policy = api.get(netpol_path(namespace, "vpnvm-netpol"))
     assert policy is not None
     spec = policy["spec"]
-    assert spec["podSelector"] == {"matchLabels": {"uds.dev/vm": "vpnvm"}}
+    assert spec["podSelector"] == {"matchLabels": {"uds.dev/vm": "vpnvm", "kubevirt.io": "virt-launcher"}}
     assert spec["policyTypes"] == ["Ingress", "Egress"]
     assert "ingress" not in spec  # nothing exposed, nothing allowed: all ingress denied
     assert spec["egress"] == [

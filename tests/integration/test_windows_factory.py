@@ -129,7 +129,7 @@ def test_build_vm_is_cloned_published_repointed_and_pruned(
     system = api.get(dv_path(namespace, "win-build-system"))
     assert system is not None
     assert clone["spec"]["source"] == {"pvc": {"name": "win-build-system", "namespace": namespace}}
-    assert clone["spec"]["pvc"]["resources"]["requests"]["storage"] == "22Mi"  # pvc_size(20Mi), explicit
+    assert clone["spec"]["pvc"]["resources"]["requests"]["storage"] == "300Mi"  # pvc_size(20Mi), explicit
     assert clone["spec"]["pvc"]["resources"] == system["spec"]["pvc"]["resources"]
     assert "ownerReferences" not in clone["metadata"], "the image must outlive the build VM"
     assert clone["metadata"]["labels"]["uds.dev/golden-image"] == GOLDEN

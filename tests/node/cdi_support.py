@@ -20,6 +20,7 @@ from typing import Any
 from node_cluster import NodeHandle, wait_until
 
 from cdi_images.disk_images import MIB, DiskImage, image_server, make_image
+from integration.operator_harness import OperatorProcess
 
 __all__ = ["MIB", "DiskImage", "bridge_image_server", "make_image"]
 
@@ -37,9 +38,9 @@ def ensure_cdi(node: NodeHandle) -> None:
 
 
 @contextmanager
-def bridge_image_server(folder: Path) -> Iterator[tuple[str, list[str]]]:
+def bridge_image_server(folder: Path, pause_per_mib_s: float = 0.0) -> Iterator[tuple[str, list[str]]]:
     """The image server on the node's bridge address, where CDI's importer pods can reach it."""
-    with image_server(folder, NODE_ADDRESS) as served:
+    with image_server(folder, NODE_ADDRESS, pause_per_mib_s) as served:
         yield served
 
 
@@ -98,3 +99,111 @@ def file_digest(path: Path) -> str:
 def disk_size_on(volume: Any) -> int:
     """How large CDI left disk.img (it grows the image to the space it may use on Filesystem volumes)."""
     return os.path.getsize(Path(volume.mount_point) / "disk.img")
+
+
+def diagnose(node: NodeHandle, namespace: str) -> str:
+    """What CDI did in `namespace` (DataVolumes, claims, worker pods, events), for a failure message."""
+    lines: list[str] = []
+    for dv in (node.api.get(f"{CDI_API}/namespaces/{namespace}/datavolumes") or {}).get("items", []):
+        lines.append(f"DataVolume {dv['metadata']['name']}: {dv.get('status')}")
+    claims = node.api.get(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims") or {}
+    for pvc in claims.get("items", []):
+        request = pvc["spec"]["resources"]["requests"]["storage"]
+        lines.append(f"PVC {pvc['metadata']['name']}: {pvc['status'].get('phase')} request={request}")
+    for pod in (node.api.get(f"/api/v1/namespaces/{namespace}/pods") or {}).get("items", []):
+        states = [s.get("state") for s in pod["status"].get("containerStatuses") or []]
+        lines.append(f"pod {pod['metadata']['name']}: {pod['status'].get('phase')} {states}")
+    events = (node.api.get(f"/api/v1/namespaces/{namespace}/events") or {}).get("items", [])
+    for event in events[-25:]:
+        subject = event["involvedObject"]["name"]
+        lines.append(f"event {subject}: {event.get('reason')}: {event.get('message')}")
+    return "\n".join(lines)
+
+
+def wait_or_diagnose(node: NodeHandle, namespace: str, what: str, probe: Any, timeout_s: float) -> Any:
+    """wait_until, whose failure message also says what CDI did in the namespace."""
+    try:
+        return wait_until(what, probe, timeout_s, 1.0)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{diagnose(node, namespace)}") from None
+
+
+# ------------------------------------------------------------------------------------- the operator's VMs
+
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+UDSVM_API = "/apis/uds.dev/v1alpha1"
+
+
+@contextmanager
+def running_operator(node: NodeHandle, namespace: str, log_dir: Path) -> Iterator[OperatorProcess]:
+    """The operator as a real process watching `namespace`; its log is printed when the test ends."""
+    process = OperatorProcess(node.kubeconfig, namespace, log_dir)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        print(f"--- operator log ---\n{process.logs()}")
+
+
+def http_udsvm(
+    namespace: str,
+    name: str,
+    url: str,
+    digest: str,
+    virtual_size: int,
+    *,
+    volume_mode: str = "Filesystem",
+) -> dict[str, Any]:
+    """A UDSVirtualMachine importing `url` over HTTP with a declared digest, on the node's local class."""
+    return {
+        "apiVersion": "uds.dev/v1alpha1",
+        "kind": "UDSVirtualMachine",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "source": {"http": {"url": url, "checksum": digest}},
+            "disk": {
+                "virtualSize": virtual_size,
+                "storageClassName": "udsvm-local",
+                "volumeMode": volume_mode,
+            },
+        },
+    }
+
+
+def vm_status(node: NodeHandle, namespace: str, name: str) -> dict[str, Any]:
+    vm = node.api.get(f"{UDSVM_API}/namespaces/{namespace}/udsvirtualmachines/{name}") or {}
+    return dict(vm.get("status") or {})
+
+
+def await_import(
+    node: NodeHandle,
+    namespace: str,
+    dv_name: str,
+    filesystem: str = "ext4",
+    *,
+    timeout_s: float = 300.0,
+    target: Any = None,
+) -> tuple[Any, dict[str, Any]]:
+    """Give CDI's claims (the target unless already offered as `target`, and, if CDI asks for one, its
+    scratch claim) real volumes of exactly their requested size, and wait until CDI ends the import either
+    way; returns (target volume, DV)."""
+    if target is None:
+        target = offer_volume(node, namespace, dv_name, filesystem)
+    scratch_offered = False
+
+    def finished() -> dict[str, Any] | None:
+        nonlocal scratch_offered
+        if not scratch_offered and node.api.get(
+            f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{dv_name}-scratch"
+        ):
+            offer_volume(node, namespace, f"{dv_name}-scratch", filesystem)
+            scratch_offered = True
+        dv = datavolume(node, namespace, dv_name) or {}
+        return dv if (dv.get("status") or {}).get("phase") in ("Succeeded", "Failed") else None
+
+    what = f"CDI to finish importing {dv_name}"
+    return target, wait_or_diagnose(node, namespace, what, finished, timeout_s)

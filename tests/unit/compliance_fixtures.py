@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from uds_vm_operator.api.models import parse_vm_spec
-from uds_vm_operator.render.cloudinit import render_cloudinit_secret
+from uds_vm_operator.render.cloudinit import dump_yaml, render_cloudinit_secret
 from uds_vm_operator.render.common import ClusterFacts, Owner
 from uds_vm_operator.render.datadisks import render_data_disks
 from uds_vm_operator.render.networkpolicy import render_network_policy
@@ -110,7 +110,8 @@ def edit_userdata(secret: dict[str, Any], change: Any) -> None:
     text = base64.b64decode(secret["data"]["userdata"]).decode()
     document = yaml.safe_load(text)
     change(document)
-    new_text = "#cloud-config\n" + yaml.safe_dump(document, sort_keys=False)
+    # The renderer's dumper: yaml.safe_dump folds long commands over lines, which rego-cpp's YAML misreads.
+    new_text = "#cloud-config\n" + dump_yaml(document)
     secret["data"]["userdata"] = base64.b64encode(new_text.encode()).decode()
 
 

@@ -14,6 +14,8 @@ from uds_vm_operator.controller.status import (
     must_hold_vm,
     status_changed,
 )
+from uds_vm_operator.controller.verification import VerificationInput, decide
+from uds_vm_operator.render.common import Owner
 
 NOW = "2026-01-02T03:04:05Z"
 LATER = "2026-01-02T04:00:00Z"
@@ -227,3 +229,44 @@ def test_backup_exemptions_are_reported_and_absent_when_there_are_none() -> None
     assert derive_status(obs(), None, NOW)["backupExemptions"] is None
     status = derive_status(obs(backup_exemptions=(("scratch", "rebuildable cache"),)), None, NOW)
     assert status["backupExemptions"] == [{"disk": "scratch", "reason": "rebuildable cache"}]
+
+
+def failed_dv(running_message: str) -> dict[str, Any]:
+    """A DataVolume as real CDI v1.65 fails it: Bound first (its message says only that), then Running."""
+    failed = dv("Failed", checksum=SHA)
+    failed["status"]["conditions"] = [
+        {"type": "Bound", "status": "True", "message": "PVC vm1-dv Bound", "reason": "Bound"},
+        {"type": "Running", "status": "False", "message": running_message, "reason": "Error"},
+        {"type": "Ready", "status": "False"},
+    ]
+    return failed
+
+
+def test_a_failed_import_is_reported_in_cdis_own_words() -> None:
+    status = derive_status(obs(datavolume=failed_dv("Unable to connect to http data source")), None, NOW)
+    assert status["phase"] == "Failed"
+    assert conditions(status)["Ready"] == ("False", "DataVolumeFailed")
+    assert "Unable to connect to http data source" in status["message"]
+    assert "PVC vm1-dv Bound" not in status["message"]
+
+
+def test_a_checksum_cdi_rejected_is_a_checksum_mismatch_not_a_bare_dv_failure() -> None:
+    failed = failed_dv("Unable to process data: checksum mismatch")
+    failed["status"]["conditions"][1]["reason"] = "ChecksumError"
+    verification = decide(
+        VerificationInput(
+            owner=Owner("vm1", "ns", "uid-1"),
+            source_kind="http",
+            declared_checksum=SHA,
+            virtual_size_bytes=1 << 20,
+            cdi_http_checksum=True,
+            datavolume=failed,
+        )
+    )
+    status = derive_status(
+        obs(declared_checksum=SHA, datavolume=failed, verification=verification), None, NOW
+    )
+    assert status["phase"] == "Failed" and status["checksumVerified"] is False
+    assert conditions(status)["Ready"] == ("False", "ChecksumMismatch")
+    assert conditions(status)["ChecksumVerified"] == ("False", "ChecksumMismatch")
+    assert "checksum mismatch" in status["message"] and SHA in status["message"]

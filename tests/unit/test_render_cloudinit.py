@@ -7,12 +7,15 @@ from typing import Any
 
 import pytest
 import yaml
+from regopy import Input, Interpreter
 
 from uds_vm_operator.api import SpecError, parse_vm_spec
 from uds_vm_operator.render import Owner
 from uds_vm_operator.render.cloudinit import (
+    APT_MIRROR_KEY_PATH,
     MAX_USERDATA_BYTES,
     SSHD_DROPIN_PATH,
+    SSHD_INCLUDE_FIRST,
     USERDATA_KEY,
     YAML_DUMPER,
     deep_merge_under,
@@ -211,3 +214,62 @@ def test_libyaml_and_the_python_emitter_write_the_same_user_data() -> None:
     assert YAML_DUMPER is yaml.CSafeDumper  # CI installs PyYAML with libyaml
     assert dump_yaml(document) == dump_yaml(document, yaml.SafeDumper)
     assert yaml.safe_load(dump_yaml(document)) == document
+
+
+MIRROR_KEY = "-----BEGIN PGP PUBLIC KEY BLOCK-----\n\nmDMEZ0site\n=abcd\n-----END PGP PUBLIC KEY BLOCK-----\n"
+
+
+def test_apt_mirror_key_is_trusted_by_apt_in_the_guest() -> None:
+    doc = user_data(
+        {
+            "flavor": "debian",
+            "autoUpdate": {"aptMirror": "http://apt.site/debian", "aptMirrorKey": MIRROR_KEY},
+        }
+    )
+    assert files(doc)[APT_MIRROR_KEY_PATH] == MIRROR_KEY
+    assert APT_MIRROR_KEY_PATH.startswith("/etc/apt/trusted.gpg.d/") and APT_MIRROR_KEY_PATH.endswith(".asc")
+    assert doc["apt"]["primary"] == [{"arches": ["default"], "uri": "http://apt.site/debian"}]
+    assert APT_MIRROR_KEY_PATH not in files(user_data({"autoUpdate": {"aptMirror": "http://apt.site/d"}}))
+
+
+@pytest.mark.parametrize(
+    "auto_update",
+    [
+        {"aptMirrorKey": MIRROR_KEY},  # a key for no mirror
+        {"aptMirror": "http://apt.site/debian", "aptMirrorKey": "mDMEZ0site"},  # not armored
+        {"aptMirror": "http://apt.site/debian", "aptMirrorKey": MIRROR_KEY.replace("PUBLIC", "PRIVATE")},
+    ],
+)
+def test_apt_mirror_key_refusals(auto_update: dict[str, Any]) -> None:
+    with pytest.raises(SpecError):
+        user_data({"flavor": "debian", "autoUpdate": auto_update})
+
+
+@pytest.mark.parametrize("flavor", ["ubuntu", "rhel", "debian"])
+def test_hardening_drop_in_is_included_first_before_sshd_restarts(flavor: str) -> None:
+    commands = user_data({"flavor": flavor, "userData": "runcmd: [echo user-first]"})["runcmd"]
+    include = next(i for i, c in enumerate(commands) if SSHD_INCLUDE_FIRST in c)
+    restart = next(i for i, c in enumerate(commands) if c.startswith("systemctl restart ssh"))
+    assert 0 < include < restart and commands[0] == "echo user-first"
+    assert f"Include {SSHD_DROPIN_PATH}" == SSHD_INCLUDE_FIRST
+
+
+def test_backslashes_in_user_data_stay_readable_to_the_compliance_checks() -> None:
+    # rego-cpp's yaml.unmarshal mis-reads "\n" inside a plain scalar and drops the whole document.
+    command = "printf 'a\\nb' > /etc/motd"
+    text = render_user_data(
+        OWNER,
+        parse_vm_spec(
+            {
+                "source": {"upload": {}},
+                "disk": {"virtualSize": "1Gi"},
+                "cloudInit": {"userData": yaml.safe_dump({"runcmd": [command]})},
+            }
+        ),
+    )
+    assert yaml.safe_load(text)["runcmd"][0] == command
+    interpreter = Interpreter()
+    interpreter.add_module("p", "package p\nimport rego.v1\ncmd := yaml.unmarshal(input.t).runcmd[0]\n")
+    interpreter.set_input(Input({"t": text}))
+    # regopy prints the string raw (no JSON escaping); unreadable user data would answer "undefined".
+    assert str(interpreter.query("data.p.cmd")) == '{"expressions":["' + command + '"]}'

@@ -28,11 +28,11 @@ def dv(raw: dict[str, Any], facts: ClusterFacts = OLD_CDI) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("virtual_size", "overhead", "expected"),
     [
-        ("10Mi", 6, "11Mi"),
-        ("1Gi", 6, "1086Mi"),
+        ("10Mi", 6, "300Mi"),
+        ("1Gi", 6, "1216Mi"),
         ("40Gi", 6, "43418Mi"),
-        (10 * 2**20 + 1, 6, "12Mi"),
-        ("1Gi", 0, "1025Mi"),
+        (500 * 2**20 + 1, 6, "693Mi"),
+        ("40Gi", 0, "41152Mi"),
     ],
 )
 def test_pvc_is_exactly_the_deterministic_size(virtual_size: int | str, overhead: int, expected: str) -> None:

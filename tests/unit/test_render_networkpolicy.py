@@ -31,7 +31,10 @@ def all_peers(rules: list[dict[str, Any]], key: str) -> list[dict[str, Any]]:
 def test_selects_the_vm_and_governs_both_directions() -> None:
     manifest = policy()
     assert manifest["metadata"]["name"] == "web-netpol"
-    assert manifest["spec"]["podSelector"] == {"matchLabels": {"uds.dev/vm": "web"}}
+    # Not CDI's worker pods: they carry the DataVolume's uds.dev/vm label but must reach their source.
+    assert manifest["spec"]["podSelector"] == {
+        "matchLabels": {"uds.dev/vm": "web", "kubevirt.io": "virt-launcher"}
+    }
     assert manifest["spec"]["policyTypes"] == ["Ingress", "Egress"]
 
 

@@ -93,7 +93,10 @@ def make_pki() -> Pki:
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("cdi-uploadproxy.cdi.svc")]
+            ),
+            False,
         )
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
@@ -372,6 +375,18 @@ def test_upload_streams_the_verified_image_with_the_token(served: Served, image:
     assert upload["authorization"] == f"Bearer {UPLOAD_TOKEN}"
     assert upload["length"] == str(IMAGE_BYTES)
     assert "local digest matches" in out and "uploaded" in out
+
+
+def test_the_certificate_is_checked_against_the_tls_server_name(served: Served, image: Path) -> None:
+    """Connecting by IP (a Service address, a port-forward) while checking the Service's DNS name."""
+    add_vm(served.fake, sha256_file(image))
+    common = ("--uploadproxy-url", served.url, "--ca-file", str(served.ca_file))
+    code, out = cli(served, image, *common, "--tls-server-name", "elsewhere.example")
+    assert code == 1 and "TLS handshake" in out, out
+    assert served.fake.received_bytes == 0
+    code, out = cli(served, image, *common, "--tls-server-name", "cdi-uploadproxy.cdi.svc")
+    assert code == 0, out
+    assert served.fake.received_sha256 == sha256_file(image)
 
 
 def test_local_digest_mismatch_sends_nothing(served: Served, image: Path) -> None:

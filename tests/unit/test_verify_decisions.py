@@ -138,6 +138,41 @@ def test_otherwise_http_falls_back_to_the_verifier(capability: bool, stored_chec
     assert any(isinstance(action, ApplyVerifier) for action in outcome.actions)
 
 
+def failed_import(reason: str, message: str) -> dict[str, Any]:
+    """A DataVolume as real CDI v1.65 leaves it after its importer's checksum check failed."""
+    datavolume = dv("Failed", http_checksum=DECLARED)
+    datavolume["status"]["conditions"] = [
+        {"type": "Bound", "status": "True", "reason": "Bound"},
+        {"type": "Running", "status": "False", "reason": reason, "message": message},
+        {"type": "Ready", "status": "False"},
+    ]
+    return datavolume
+
+
+@pytest.mark.parametrize(
+    ("reason", "message"),
+    [
+        ("ChecksumError", "Unable to process data: checksum mismatch"),
+        ("Error", "Unable to process data: Checksum Mismatch: expected sha256:ab"),
+    ],
+)
+def test_cdis_failed_checksum_is_reported_as_a_mismatch_with_the_vm_off(reason: str, message: str) -> None:
+    outcome = decide(
+        observe(source_kind="http", cdi_http_checksum=True, datavolume=failed_import(reason, message))
+    )
+    assert outcome.state == "failed" and outcome.hold_vm and not outcome.verified
+    assert outcome.failure is not None and outcome.failure[0] == "ChecksumMismatch"
+    assert message in outcome.failure[1] and DECLARED in outcome.failure[1]
+    assert outcome.verified_by is None
+
+
+def test_another_failed_import_is_not_called_a_checksum_mismatch() -> None:
+    datavolume = failed_import("Error", "Unable to connect to http data source: connection refused")
+    outcome = decide(observe(source_kind="http", cdi_http_checksum=True, datavolume=datavolume))
+    assert outcome.failure is None or outcome.failure[0] != "ChecksumMismatch"
+    assert not outcome.verified and outcome.hold_vm
+
+
 # ------------------------------------------------------------------------------------ in-cluster verifier
 
 

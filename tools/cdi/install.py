@@ -4,8 +4,11 @@ Steps, each idempotent so `make cdi-up` can run again on a live cluster:
 1. build (or reuse) CDI's binaries and images, and push the images into the node's loopback registry;
 2. render cdi-operator's own resources with CDI's manifest-generator (our image references) and apply them
    server-side, in the `cdi` namespace;
-3. apply the `CDI` resource whose `spec.config` is what the tests rely on (filesystem overhead, pull policy);
-4. wait, bounded, until the operator reports the `CDI` resource `Deployed` and the three Deployments it
+3. hand CDI's own CRDs over to the operator: the test control plane pre-installs them (tools/envtest, with
+   the field manager `uds-envtest`), and cdi-operator refuses to deploy while any resource it would create
+   already exists ("Orphan object exists"), so a fresh install deletes those copies first;
+4. apply the `CDI` resource whose `spec.config` is what the tests rely on (filesystem overhead, pull policy);
+5. wait, bounded, until the operator reports the `CDI` resource `Deployed` and the three Deployments it
    created (controller, apiserver, uploadproxy) are available.
 """
 
@@ -22,6 +25,7 @@ from typing import Any
 import yaml
 from lightkube import ApiError, Client, KubeConfig, codecs
 from lightkube.generic_resource import create_global_resource
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import Deployment
 
 HERE = Path(__file__).resolve().parent
@@ -37,6 +41,10 @@ FILESYSTEM_OVERHEAD = "0.06"
 # The node tier's static local PVs (tools/node); CDI's scratch claims (HTTP imports) ask for this class too.
 SCRATCH_STORAGE_CLASS = "udsvm-local"
 COMPONENTS = ("cdi-deployment", "cdi-apiserver", "cdi-uploadproxy")
+# The field manager the test control plane installs upstream CRDs with (tools/envtest/controlplane.py).
+PREINSTALLED_BY = "uds-envtest"
+CDI_GROUP_SUFFIX = "cdi.kubevirt.io"
+OPERATOR_CRD = "cdis.cdi.kubevirt.io"
 CDI_KIND = create_global_resource("cdi.kubevirt.io", "v1beta1", "CDI", "cdis")
 
 
@@ -136,6 +144,53 @@ def _available(client: Client, name: str) -> bool:
     return bool(status and status.availableReplicas and status.availableReplicas >= 1)
 
 
+def preinstalled_cdi_crds(crds: Sequence[Any]) -> list[str]:
+    """CDI CRDs that only the test control plane wrote: cdi-operator would call them orphans and stall.
+
+    The `CDI` CRD itself comes with the operator's own manifests and stays. A CRD any other manager has
+    written to (cdi-operator after a first install, or a site's installer) is never touched.
+    """
+    names = []
+    for crd in crds:
+        meta = crd.metadata
+        name = str(meta.name)
+        if name == OPERATOR_CRD or not str(crd.spec.group).endswith(CDI_GROUP_SUFFIX):
+            continue
+        managers = {entry.manager for entry in meta.managedFields or []} - {"kube-apiserver"}
+        if managers == {PREINSTALLED_BY}:
+            names.append(name)
+    return sorted(names)
+
+
+def _fresh_install(client: Client) -> bool:
+    try:
+        obj = client.get(CDI_KIND, name="cdi")
+    except ApiError as error:
+        if error.status.code == 404:
+            return True
+        raise
+    return not (obj.get("status") or {}).get("phase")
+
+
+def hand_over_crds(client: Client, timeout_s: float = 120.0) -> list[str]:
+    """Delete the plane's copies of CDI's CRDs before a fresh install, so cdi-operator creates its own."""
+    if not _fresh_install(client):
+        return []
+    names = preinstalled_cdi_crds(list(client.list(CustomResourceDefinition)))
+    for name in names:
+        client.delete(CustomResourceDefinition, name=name)
+    deadline = time.monotonic() + timeout_s
+    left = list(names)
+    while left and time.monotonic() < deadline:
+        present = {str(crd.metadata.name) for crd in client.list(CustomResourceDefinition)}
+        left = [name for name in names if name in present]
+        if left:
+            time.sleep(1)
+    if left:
+        raise SystemExit(f"CDI CRDs still terminating after {timeout_s:.0f} s: {left}")
+    return names
+
+
 def wait_deployed(client: Client, timeout_s: float) -> None:
     """Wait until the operator says `Deployed` and CDI's Deployments serve; say what is missing otherwise."""
     deadline = time.monotonic() + timeout_s
@@ -163,6 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _run([str(HERE / "images.sh"), "--push", registry])
     client = Client(KubeConfig.from_file(args.state_dir / "kubeconfig"), field_manager=FIELD_MANAGER)
     _apply(client, [namespace_resource()])
+    handed = hand_over_crds(client)
+    if handed:
+        print(f"handed CDI's CRDs to cdi-operator (removed the plane's copies: {', '.join(handed)})")
     _apply(client, _rendered_operator(bin_dir / "manifest-generator", registry, version))
     _apply(client, [cdi_resource()])
     start = time.monotonic()

@@ -69,6 +69,7 @@ ObjectName = Annotated[str, Field(pattern=DNS_SUBDOMAIN_PATTERN, min_length=1, m
 ShortText = Annotated[str, Field(max_length=256)]
 AccessMode = Literal["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"]
 VolumeMode = Literal["Filesystem", "Block"]
+ARMORED_PUBLIC_KEY = r"^\s*-----BEGIN PGP PUBLIC KEY BLOCK-----[\s\S]+-----END PGP PUBLIC KEY BLOCK-----\s*$"
 SshKey = Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^(ssh-|ecdsa-|sk-)")]
 
 
@@ -434,6 +435,12 @@ class GuestUser(ApiModel):
 class AutoUpdate(ApiModel):
     """Guest OS package updates (unattended-upgrades or dnf-automatic), from local mirrors in an air gap."""
 
+    model_config = ConfigDict(
+        json_schema_extra=_validations(
+            _cel("!has(self.aptMirrorKey) || has(self.aptMirror)", "aptMirrorKey needs aptMirror")
+        )
+    )
+
     enabled: bool = True
     schedule: Annotated[str, Field(min_length=1, max_length=64)] = Field(
         default="*-*-* 03:00:00", description="systemd OnCalendar expression for the update run."
@@ -444,7 +451,28 @@ class AutoUpdate(ApiModel):
         )
     )
     apt_mirror: Annotated[str, Field(pattern=r"^https?://", max_length=2048)] | None = None
+    apt_mirror_key: (
+        Annotated[
+            str,
+            Field(
+                pattern=ARMORED_PUBLIC_KEY,
+                max_length=16384,
+            ),
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="ASCII-armored OpenPGP public key that signs aptMirror's Release files; the guest "
+        "trusts it for apt. Needed when the mirror is signed by a site key rather than Debian's or Ubuntu's.",
+    )
     yum_mirror: Annotated[str, Field(pattern=r"^https?://", max_length=2048)] | None = None
+
+    @model_validator(mode="after")
+    def _key_needs_mirror(self) -> AutoUpdate:
+        """A key alone would trust a signer for sources nobody configured: say so instead of ignoring it."""
+        if self.apt_mirror_key is not None and self.apt_mirror is None:
+            raise ValueError("aptMirrorKey needs aptMirror (the mirror whose Release files it signs)")
+        return self
 
 
 class CloudInit(ApiModel):

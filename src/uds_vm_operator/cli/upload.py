@@ -67,6 +67,7 @@ class UploadOptions:
     uploadproxy_url: str | None = None
     insecure: bool = False
     ca_file: Path | None = None
+    tls_server_name: str | None = None
     wait_s: float = 300.0
     poll_interval_s: float = 2.0
 
@@ -190,6 +191,7 @@ def _upload(options: UploadOptions, cluster: ClusterClient, console: Console) ->
         _proxy_url(options, cluster),
         str(options.ca_file) if options.ca_file else None,
         options.insecure,
+        options.tls_server_name,
     )
     started = time.monotonic()
     wait_until_upload_ready(
@@ -379,6 +381,14 @@ def register(app: typer.Typer) -> None:
         ca_file: Annotated[
             Path | None, typer.Option("--ca-file", help="PEM CA bundle to verify the upload proxy with.")
         ] = None,
+        tls_server_name: Annotated[
+            str | None,
+            typer.Option(
+                "--tls-server-name",
+                help="Check the proxy's certificate for this name (e.g. cdi-uploadproxy.cdi.svc) when "
+                "connecting by IP or through a port-forward.",
+            ),
+        ] = None,
         wait_secs: Annotated[
             int,
             typer.Option("--wait-secs", min=0, help="How long to wait for the DataVolume to be UploadReady."),
@@ -393,6 +403,7 @@ def register(app: typer.Typer) -> None:
             uploadproxy_url=uploadproxy_url,
             insecure=insecure,
             ca_file=ca_file,
+            tls_server_name=tls_server_name,
             wait_s=float(wait_secs),
         )
         raise typer.Exit(run_upload(options, Console(stderr=True, soft_wrap=True)))

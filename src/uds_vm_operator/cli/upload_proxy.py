@@ -67,6 +67,9 @@ class ProxyTarget:
     base_url: str
     ca_file: str | None = None
     insecure: bool = False
+    server_name: str | None = None
+    """The name the proxy's certificate is checked against (and sent as SNI) instead of the URL's host:
+    for a port-forward or a Service IP, whose address is not among the certificate's names."""
 
     @property
     def upload_url(self) -> str:
@@ -118,7 +121,10 @@ def stream_upload(
     try:
         with httpx2.Client(verify=target.ssl_context(), timeout=timeout, trust_env=False) as client:
             response = client.post(
-                target.upload_url, content=_file_chunks(image, sent, on_progress), headers=headers
+                target.upload_url,
+                content=_file_chunks(image, sent, on_progress),
+                headers=headers,
+                extensions={"sni_hostname": target.server_name} if target.server_name else None,
             )
     except httpx2.ConnectError as exc:
         raise _connect_failure(target, exc) from exc

@@ -157,7 +157,8 @@ def _lifecycle(obs: Observation) -> tuple[str, str, list[tuple[str, Condition]]]
         phase = "Verifying" if must_hold_vm(obs) else _workload_phase(obs)
     ready_cond = _ready(obs, phase, disk_cond, checksum_cond)
     failure = obs.verification.failure if obs.verification is not None else None
-    if failure is not None and disk_phase != "Failed":
+    # A checksum CDI rejected also fails the DataVolume: say which digest failed, not only that CDI did.
+    if failure is not None and (disk_phase != "Failed" or failure[0] == "ChecksumMismatch"):
         phase, ready_cond = "Failed", Condition("False", *failure)
     if obs.ready_blocker is not None and not ready_cond.is_true and phase != "Failed":
         ready_cond = Condition("False", *obs.ready_blocker)
@@ -284,7 +285,11 @@ def _dv_phase(dv: Mapping[str, Any]) -> str:
 
 
 def _dv_message(dv: Mapping[str, Any]) -> str:
-    for condition in (dv.get("status") or {}).get("conditions") or []:
+    """CDI's own words: the ``Running`` condition says why an import failed (real CDI lists ``Bound``,
+    whose message is only "PVC ... Bound", first), then ``Ready``, then any other."""
+    conditions = (dv.get("status") or {}).get("conditions") or []
+    order = {"Running": 0, "Ready": 1}
+    for condition in sorted(conditions, key=lambda c: order.get(str(c.get("type")), 2)):
         if condition.get("message"):
             return str(condition["message"])
     return "no message from CDI; see `kubectl describe dv`."

@@ -245,6 +245,9 @@ def _held_by_image_record(
 def _decide_on_disk(obs: VerificationInput, declared: Digest, cleanup: list[Action]) -> VerificationOutcome:
     """A valid declaration: wait for the disk, accept CDI's own check, or verify in the cluster."""
     dv = obs.datavolume
+    rejected = _cdi_rejected_checksum(obs, dv)
+    if rejected is not None:
+        return _failed("ChecksumMismatch", rejected, cleanup)
     if dv is None or str((dv.get("status") or {}).get("phase") or "") != "Succeeded":
         return VerificationOutcome(
             "awaiting-disk",
@@ -308,6 +311,32 @@ def _record_contradiction(
             f"spec.disk.virtualSize is {obs.virtual_size_bytes} bytes but image record {record.name} "
             f"records {record.virtual_size_bytes}; they must describe the same image.",
         )
+    return None
+
+
+def _cdi_rejected_checksum(obs: VerificationInput, dv: Mapping[str, Any] | None) -> str | None:
+    """CDI's own check failed the import: its message, else None.
+
+    CDI (v1.65) has no DataVolume reason for this: the DataVolume turns ``Failed`` and its ``Running``
+    condition carries reason ``ChecksumError`` with the importer's "checksum mismatch" message (seen on the
+    real node), so both are accepted.
+    """
+    if dv is None or obs.source_kind != "http":
+        return None
+    status = dv.get("status") or {}
+    if str(status.get("phase") or "") != "Failed":
+        return None
+    for condition in status.get("conditions") or []:
+        if condition.get("type") != "Running":
+            continue
+        message = str(condition.get("message") or "")
+        if condition.get("reason") == "ChecksumError" or "checksum mismatch" in message.lower():
+            return (
+                f"CDI's importer rejected the download: {message or 'checksum mismatch'}. The served file "
+                f"is not the image whose digest {obs.declared_checksum} was declared; nothing was verified "
+                "and the VM stays off. Replace the file on the server (or correct the declared digest), "
+                "then delete the DataVolume so CDI imports it again."
+            )
     return None
 
 

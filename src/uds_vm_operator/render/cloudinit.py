@@ -12,7 +12,9 @@ writes can reopen a door the baseline closed.
 
 The sshd drop-in is named ``00-uds-hardening.conf``: sshd keeps the *first* value it reads for a keyword and
 includes ``sshd_config.d/*.conf`` in lexical order, so a ``99-`` file would lose to any earlier drop-in an
-image ships (e.g. ``50-cloud-init.conf`` or a vendor ``PasswordAuthentication yes``).
+image ships (e.g. ``50-cloud-init.conf`` or a vendor ``PasswordAuthentication yes``). A name alone cannot
+beat a drop-in that sorts earlier (``0-open.conf``) or a line put above the ``Include`` by a user's
+``runcmd``, so the last hardening commands also make ``Include <our drop-in>`` line 1 of ``sshd_config``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ MAX_USERDATA_BYTES = 64 * 1024
 SSHD_DROPIN_PATH = "/etc/ssh/sshd_config.d/00-uds-hardening.conf"
 AUDIT_RULES_PATH = "/etc/audit/rules.d/50-uds-baseline.rules"
 FIPS_REBOOT_MARKER = "/run/uds-fips-reboot-required"
+APT_MIRROR_KEY_PATH = "/etc/apt/trusted.gpg.d/uds-mirror.asc"
+SSHD_CONFIG_PATH = "/etc/ssh/sshd_config"
+SSHD_INCLUDE_FIRST = f"Include {SSHD_DROPIN_PATH}"
+"""Line 1 of sshd_config after the hardening ran: sshd keeps the first value it reads, so our drop-in read
+first beats any drop-in or sshd_config line a user's runcmd/bootcmd wrote (they run before ours)."""
 APT_FLAVORS = frozenset({"ubuntu", "debian"})
 """Flavours that use apt, ``auditd``, the ``ssh`` unit and unattended-upgrades."""
 FIPS_CAPABLE_FLAVORS = frozenset({"ubuntu", "rhel"})
@@ -207,6 +214,16 @@ def _auto_update(
             # Debian's packaged cloud.cfg sets apt.preserve_sources_list: true, which would keep the image's
             # sources.list and silently ignore the mirror (seen in a booted Debian 12 guest).
             top["apt"] = {"preserve_sources_list": False, "primary": mirror, "security": mirror}
+        if update.apt_mirror_key:
+            # An armored key in trusted.gpg.d (apt >= 1.4) needs no gpg in the guest, unlike cloud-init's
+            # mirror ``key`` (it runs ``gpg --dearmor``); write_files runs before apt and packages.
+            files.append(
+                {
+                    "path": APT_MIRROR_KEY_PATH,
+                    "permissions": "0644",
+                    "content": update.apt_mirror_key.strip() + "\n",
+                }
+            )
     else:
         packages = ["dnf-automatic"]
         apply = "yes" if update.enabled else "no"
@@ -274,6 +291,8 @@ def hardening_document(owner: Owner, cloud_init: CloudInit) -> dict[str, Any]:
         "passwd --lock root",
         "systemctl enable --now auditd",
         "augenrules --load",
+        f"head -n 1 {SSHD_CONFIG_PATH} | grep -qxF '{SSHD_INCLUDE_FIRST}' || "
+        f"sed -i '1i {SSHD_INCLUDE_FIRST}' {SSHD_CONFIG_PATH}",
         f"systemctl restart {'ssh' if apt else 'sshd'}",
     ]
     document: dict[str, Any] = {
@@ -318,9 +337,36 @@ YAML_DUMPER: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumpe
 Both write the same bytes for these documents (a unit test holds them to it)."""
 
 
+def _represent_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    style = '"' if "\\" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_QUOTING: dict[type[yaml.SafeDumper], type[yaml.SafeDumper]] = {}
+
+
+def _quoting(dumper: type[yaml.SafeDumper]) -> type[yaml.SafeDumper]:
+    """``dumper`` writing strings with a backslash double-quoted (escaped), everything else as before.
+
+    The compliance checks read the Secret with rego-cpp's ``yaml.unmarshal``, which wrongly treats ``\\n``
+    in a plain or single-quoted scalar as an escape and then refuses the document ("Wrong indentation"): a
+    ``runcmd: [printf 'a\\nb']`` made the whole Secret unreadable to every check. Double-quoted, it reads
+    back the same in both parsers (seen with regopy 1.5.2 on a booted guest's user data).
+    """
+    quoting = _QUOTING.get(dumper)
+    if quoting is None:
+
+        class Quoting(dumper):  # type: ignore[valid-type,misc]  # a dumper class chosen at run time
+            pass
+
+        Quoting.add_representer(str, _represent_str)
+        quoting = _QUOTING[dumper] = Quoting
+    return quoting
+
+
 def dump_yaml(document: dict[str, Any], dumper: type[yaml.SafeDumper] = YAML_DUMPER) -> str:
     """Block-style YAML, keys in insertion order (the baseline reads top-down like a hand-written file)."""
-    return yaml.dump(document, Dumper=dumper, sort_keys=False, default_flow_style=False, width=4096)
+    return yaml.dump(document, Dumper=_quoting(dumper), sort_keys=False, default_flow_style=False, width=4096)
 
 
 def render_user_data(owner: Owner, spec: UDSVirtualMachineSpec) -> str:

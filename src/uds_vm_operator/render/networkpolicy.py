@@ -21,6 +21,7 @@ from typing import Any
 from uds_vm_operator.api.models import AllowRule, LabelSelector, NetworkPort, UDSVirtualMachineSpec
 from uds_vm_operator.apiversions import NETWORKING_API_VERSION
 from uds_vm_operator.render.common import VM_LABEL, Owner, child_metadata, netpol_name
+from uds_vm_operator.render.exposure import LAUNCHER_LABELS
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 DNS_PEER: dict[str, Any] = {
@@ -107,7 +108,11 @@ def egress_rules(spec: UDSVirtualMachineSpec) -> list[dict[str, Any]]:
 
 
 def render_network_policy(owner: Owner, spec: UDSVirtualMachineSpec) -> dict[str, Any]:
-    """The NetworkPolicy ``<name>-netpol`` selecting the VM's pod by ``uds.dev/vm``.
+    """The NetworkPolicy ``<name>-netpol`` selecting the VM's pod by ``uds.dev/vm`` and ``kubevirt.io``.
+
+    ``kubevirt.io: virt-launcher`` as well, because CDI copies a DataVolume's labels (``uds.dev/vm`` among
+    them) onto its importer, upload-server and cloner pods: selected by ``uds.dev/vm`` alone, those pods got
+    the VM's DNS-only egress and CDI's importer could not reach the HTTP source (seen on the real node).
 
     Both rule lists are always written, even empty: applying ``ingress: []`` makes the operator the owner
     of the whole (atomic) list, so a rule another writer slips in (say, allow-all ingress) is replaced on
@@ -115,7 +120,7 @@ def render_network_policy(owner: Owner, spec: UDSVirtualMachineSpec) -> dict[str
     and the controller's comparison treats an absent list as equal to ``[]``, so a resync writes nothing.
     """
     policy_spec: dict[str, Any] = {
-        "podSelector": {"matchLabels": {VM_LABEL: owner.name}},
+        "podSelector": {"matchLabels": {VM_LABEL: owner.name, **LAUNCHER_LABELS}},
         "policyTypes": ["Ingress", "Egress"],
     }
     policy_spec["ingress"] = ingress_rules(spec)

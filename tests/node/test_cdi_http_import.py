@@ -1,6 +1,4 @@
-"""DRAFT, not collected yet: never run against the real node (rename to test_cdi_http_import.py then).
-
-Issue 15 item 3: HTTP import for real. The operator renders the DataVolume, CDI's webhooks admit it, CDI's
+"""Issue 15 item 3: HTTP import for real. The operator renders the DataVolume, CDI's webhooks admit it, CDI's
 importer pod downloads the image from a server on the node's bridge, checks `spec.source.http.checksum`
 itself and converts the image; the operator reports `verifiedBy: cdi-http-checksum` only after that.
 
@@ -19,23 +17,22 @@ from typing import Any
 import pytest
 from cdi_support import (
     MIB,
+    RESTRICTED,
+    await_import,
     bridge_image_server,
-    datavolume,
     dv_condition,
     ensure_cdi,
+    http_udsvm,
     landed_bytes,
     make_image,
-    offer_volume,
+    running_operator,
+    vm_status,
 )
 from node_cluster import NodeHandle, wait_until
 
 from integration.operator_harness import OperatorProcess
 
 VIRTUAL_SIZE = 16 * MIB
-RESTRICTED = {
-    "pod-security.kubernetes.io/enforce": "restricted",
-    "pod-security.kubernetes.io/enforce-version": "latest",
-}
 VM = "web"
 DV = f"{VM}-dv"
 
@@ -57,56 +54,21 @@ def restricted_ns(cdi: NodeHandle) -> Iterator[str]:
 
 @pytest.fixture
 def operator(cdi: NodeHandle, restricted_ns: str, tmp_path: Path) -> Iterator[OperatorProcess]:
-    process = OperatorProcess(cdi.kubeconfig, restricted_ns, tmp_path / "logs")
-    process.start()
-    try:
+    with running_operator(cdi, restricted_ns, tmp_path / "logs") as process:
         yield process
-    finally:
-        process.stop()
-        print(f"--- operator log ---\n{process.logs()}")
-
-
-def udsvm(namespace: str, url: str, digest: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "uds.dev/v1alpha1",
-        "kind": "UDSVirtualMachine",
-        "metadata": {"name": VM, "namespace": namespace},
-        "spec": {
-            "source": {"http": {"url": url, "checksum": digest}},
-            "disk": {
-                "virtualSize": VIRTUAL_SIZE,
-                "storageClassName": "udsvm-local",
-                "volumeMode": "Filesystem",
-            },
-        },
-    }
 
 
 def status_of(node: NodeHandle, namespace: str) -> dict[str, Any]:
-    vm = node.api.get(f"/apis/uds.dev/v1alpha1/namespaces/{namespace}/udsvirtualmachines/{VM}") or {}
-    return dict(vm.get("status") or {})
+    return vm_status(node, namespace, VM)
 
 
 def import_through_cdi(node: NodeHandle, namespace: str, url: str, digest: str) -> tuple[Any, dict[str, Any]]:
     """Declare the VM, give CDI's claims real volumes, and wait until CDI ends the import either way."""
     node.api.apply(
-        udsvm(namespace, url, digest),
+        http_udsvm(namespace, VM, url, digest, VIRTUAL_SIZE),
         f"/apis/uds.dev/v1alpha1/namespaces/{namespace}/udsvirtualmachines/{VM}",
     )
-    target = offer_volume(node, namespace, DV)
-    scratch_offered = False
-
-    def finished() -> dict[str, Any] | None:
-        nonlocal scratch_offered
-        if not scratch_offered and node.api.get(
-            f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{DV}-scratch"
-        ):
-            offer_volume(node, namespace, f"{DV}-scratch")
-            scratch_offered = True
-        dv = datavolume(node, namespace, DV) or {}
-        return dv if (dv.get("status") or {}).get("phase") in ("Succeeded", "Failed") else None
-
-    return target, wait_until(f"CDI to finish importing {DV}", finished, 240, 1.0)
+    return await_import(node, namespace, DV)
 
 
 @pytest.mark.parametrize("fmt", ["raw", "qcow2", "qcow2c", "raw.gz", "raw.xz"])

@@ -1,0 +1,124 @@
+"""Issue 15 item 7 (part): faults in the middle of a real CDI import.
+
+The image server sends slowly (a pause per MiB) so that the test acts while CDI's importer is still
+downloading: it deletes the importer pod, or restarts cdi-controller (deletes its pod; its Deployment makes a
+new one). At that moment the operator must say the disk is still being populated and claim nothing; once CDI
+has retried on its own the import ends verified by CDI's own checksum, with the right bytes on the disk.
+Not covered here: killing cdi-uploadproxy mid-upload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cdi_support import (
+    MIB,
+    RESTRICTED,
+    await_import,
+    bridge_image_server,
+    datavolume,
+    ensure_cdi,
+    http_udsvm,
+    landed_bytes,
+    make_image,
+    offer_volume,
+    running_operator,
+    vm_status,
+    wait_or_diagnose,
+)
+from node_cluster import NodeHandle
+
+VIRTUAL_SIZE = 48 * MIB
+PAUSE_PER_MIB_S = 0.5
+VM = "flaky"
+DV = f"{VM}-dv"
+
+
+@pytest.fixture(scope="module")
+def cdi(node: NodeHandle) -> NodeHandle:
+    ensure_cdi(node)
+    return node
+
+
+@pytest.fixture
+def fault_ns(cdi: NodeHandle) -> Iterator[str]:
+    name = cdi.namespace("cdi-fault", RESTRICTED)
+    try:
+        yield name
+    finally:
+        cdi.delete_namespace(name)
+
+
+def pods(node: NodeHandle, namespace: str, selector: str) -> list[dict[str, Any]]:
+    return node.api.items(f"/api/v1/namespaces/{namespace}/pods", selector)
+
+
+def importer_downloading(node: NodeHandle, namespace: str, requests: list[str]) -> dict[str, Any] | None:
+    """The importer pod, once it runs and has fetched from our server while the DataVolume imports."""
+    phase = ((datavolume(node, namespace, DV) or {}).get("status") or {}).get("phase")
+    running = [
+        p for p in pods(node, namespace, "cdi.kubevirt.io=importer") if p["status"].get("phase") == "Running"
+    ]
+    if phase == "ImportInProgress" and running and any(line.startswith("GET ") for line in requests):
+        return running[0]
+    return None
+
+
+@pytest.mark.parametrize("fault", ["importer-pod", "cdi-controller"])
+def test_a_fault_mid_import_claims_nothing_and_a_retry_ends_verified(
+    cdi: NodeHandle, fault_ns: str, tmp_path: Path, fault: str
+) -> None:
+    image = make_image(tmp_path / "srv", "raw", VIRTUAL_SIZE)
+    digest = "sha256:" + image.served_sha256
+    with (
+        running_operator(cdi, fault_ns, tmp_path / "logs"),
+        bridge_image_server(tmp_path / "srv", PAUSE_PER_MIB_S) as (base, requests),
+    ):
+        cdi.api.apply(
+            http_udsvm(fault_ns, VM, f"{base}/{image.path.name}", digest, VIRTUAL_SIZE),
+            f"/apis/uds.dev/v1alpha1/namespaces/{fault_ns}/udsvirtualmachines/{VM}",
+        )
+        target = offer_volume(cdi, fault_ns, DV)
+        importer = wait_or_diagnose(
+            cdi,
+            fault_ns,
+            "the importer mid-download",
+            lambda: importer_downloading(cdi, fault_ns, requests),
+            240,
+        )
+        if fault == "importer-pod":
+            cdi.api.delete(f"/api/v1/namespaces/{fault_ns}/pods/{importer['metadata']['name']}")
+        else:
+            for pod in pods(cdi, "cdi", "cdi.kubevirt.io=cdi-deployment"):
+                cdi.api.delete(f"/api/v1/namespaces/cdi/pods/{pod['metadata']['name']}")
+
+        def reported_in_flight() -> dict[str, Any] | None:
+            status = vm_status(cdi, fault_ns, VM)
+            return status if status.get("phase") in ("Importing", "Pending") else None
+
+        during = wait_or_diagnose(cdi, fault_ns, "the operator's status mid-import", reported_in_flight, 60)
+        assert during["checksumVerified"] is False and not during.get("verifiedBy"), during
+        _, dv = await_import(cdi, fault_ns, DV, timeout_s=600, target=target)
+        assert dv["status"]["phase"] == "Succeeded", dv["status"]
+
+        def verified() -> dict[str, Any] | None:
+            status = vm_status(cdi, fault_ns, VM)
+            return status if status.get("checksumVerified") else None
+
+        status = wait_or_diagnose(cdi, fault_ns, "checksumVerified after the retry", verified, 120)
+    assert status["verifiedBy"] == "cdi-http-checksum" and status["verifiedDigest"] == digest
+    assert landed_bytes(target, VIRTUAL_SIZE) == image.raw, "the retried import left the whole disk"
+    if fault == "cdi-controller":
+        wait_or_diagnose(
+            cdi,
+            "cdi",
+            "a new cdi-controller pod",
+            lambda: any(
+                p["status"].get("phase") == "Running"
+                for p in pods(cdi, "cdi", "cdi.kubevirt.io=cdi-deployment")
+            ),
+            180,
+        )
