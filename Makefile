@@ -7,7 +7,7 @@ ENVTEST_DIR := .envtest
 KUBECONFIG_OUT := $(ENVTEST_DIR)/kubeconfig
 
 .DEFAULT_GOAL := help
-.PHONY: help install system-deps envtest-bins helm-bin zarf-schema zarf-build deploy-check compliance-check \
+.PHONY: help install system-deps envtest-bins helm-bin zarf-schema zarf-bin zarf-build zarf-init-package deploy-check compliance-check \
         crds crds-check lint typecheck test test-unit test-images \
         test-integration test-node bench demo cluster-up cluster-down node-deps node-bins node-up node-down clean \
         guest-deps guest-image \
@@ -49,8 +49,14 @@ helm-bin: ## build (or reuse) helm from its Go module into ~/.cache/uds-vm-opera
 zarf-schema: ## fetch (or reuse) Zarf's upstream zarf.schema.json from its Go module
 	@tools/zarf/fetch-schema.sh >/dev/null
 
-zarf-build: ## build the Zarf package where a zarf CLI can be built here (says why not otherwise)
-	tools/zarf/build.sh
+zarf-bin: ## build (or reuse) the zarf CLI from its Go module into ~/.cache/uds-vm-operator (long when cold)
+	@tools/zarf/build.sh >/dev/null
+
+zarf-build: install image-deps image-registry envtest-bins lock-check zarf-bin ## the Zarf package out/zarf-package-*.tar.zst (operator image built offline, SBOMs by Zarf)
+	@tools/zarf/package.sh
+
+zarf-init-package: install image-deps image-registry zarf-bin ## Zarf's init package from the module's init definition (agent image built here)
+	@tools/zarf/init-package.sh
 
 deploy-check: install ## fail if deploy/ differs from what the Helm chart renders
 	$(PY) tools/deploy/render.py --check
@@ -79,7 +85,7 @@ TEST_JOBS ?= 3
 .PHONY: test-packages test-builds test-checks
 test-packages: system-deps node-deps guest-deps image-deps ## the Debian packages every test tier needs (one after another)
 
-test-builds: envtest-bins node-bins kubevirt-bins helm-bin zarf-schema guest-image cdi-images provenance-bins ## every build the test tiers need (run in parallel by `make test`)
+test-builds: envtest-bins node-bins kubevirt-bins helm-bin zarf-schema zarf-bin guest-image cdi-images provenance-bins go-anchor ## every build the test tiers need (run in parallel by `make test`)
 
 test-checks: lint crds-check deploy-check compliance-check lock-check test-floors ## static checks and generated-file drift
 
@@ -108,10 +114,10 @@ test-images: install system-deps ## image tier only (needs qemu-img)
 test-integration: install envtest-bins ## integration tier only (real control plane)
 	$(PY) -m pytest -q tests/integration
 
-test-node: install node-deps node-bins kubevirt-bins helm-bin ## real-node tier only (kubelet, containerd, CNI, policies, the operator's image)
+test-node: install node-deps node-bins kubevirt-bins helm-bin zarf-bin ## real-node tier only (kubelet, containerd, CNI, policies, the operator's image)
 	$(PY) -m pytest -q tests/node
 
-bench: install system-deps envtest-bins ## run the benchmarks; JSON results land in bench/results/
+bench: install system-deps envtest-bins go-anchor ## run the benchmarks; JSON results land in bench/results/
 	$(PY) -m bench.run
 
 cluster-up: install envtest-bins ## start the local control plane in the background; writes .envtest/kubeconfig
@@ -183,3 +189,8 @@ test-build: image provenance-bins ## build tier only: the operator image from in
 
 test-floors: install ## the unit tier on the floor versions of the runtime dependencies (throwaway venv)
 	$(PY) tools/deps/floors.py
+
+# --- The Go anchor (issue 19, ADR 0010): a controller-runtime operator the fleet bench measures ours against ---
+.PHONY: go-anchor
+go-anchor: ## build (or reuse) bench/go-anchor from the Go module proxy into ~/.cache/uds-vm-operator; links .envtest/bin/go-anchor
+	@bench/go-anchor/build.sh >/dev/null

@@ -110,10 +110,14 @@ async def _first_status_after_start(
     name: str,
     env: dict[str, str],
     inspect: Callable[[int], None] | None = None,
+    *,
+    argv: list[str] | None = None,
 ) -> float:
     """Start the operator, return seconds until the VM's status is first written; stop it by its PID.
 
     ``inspect`` is called with the operator's PID once the status is seen, before the operator is stopped.
+    ``argv`` replaces the operator's command line (bench/fleet_anchor.py starts both controllers, or the
+    Go anchor, the same way).
     """
     from bench.reconcile_scale import watch_client  # noqa: PLC0415
     from uds_vm_operator.runtime import kube  # noqa: PLC0415
@@ -138,7 +142,9 @@ async def _first_status_after_start(
     await opened.wait()
     log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in the finally below)
     started = time.perf_counter()
-    process = subprocess.Popen(_argv(kubeconfig, namespace), env=env, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        argv or _argv(kubeconfig, namespace), env=env, stdout=log, stderr=subprocess.STDOUT
+    )
     try:
         await asyncio.wait_for(written.wait(), timeout=120)
         if inspect is not None:

@@ -1,9 +1,9 @@
 """``network.mode: uds-package`` on the real API server: the VMs of a namespace share one UDS ``Package``.
 
-UDS Core's Package CRD is not obtainable here (TypeScript/Pepr, not a Go module), so this module installs the
-test-only stand-in ``tests/integration/crds/uds-package-standin.yaml`` (real group/version/kind, open spec)
-and
-removes it afterwards. Strict field validation on every write, the operator's and the test's.
+The Package CRD installed here is uds-core v1.11.0's schema (tests/integration/crds/uds-package-v1alpha1.yaml,
+field names, enums and required sets from the reference), not an open stand-in: with Strict field validation
+on every write, the operator's and the test's, a field UDS Core does not have is refused by the API server.
+The CRD is removed afterwards.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from kube_helpers import wait_for
 
 __all__ = ["api", "operator"]  # fixtures used by name
 
-STANDIN = Path(__file__).resolve().parent / "crds" / "uds-package-standin.yaml"
+PACKAGE_CRD = Path(__file__).resolve().parent / "crds" / "uds-package-v1alpha1.yaml"
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 GATEWAY = {"name": "tenant", "namespace": "istio-tenant-gateway"}
 
@@ -33,9 +33,9 @@ def packages_path(namespace: str, name: str | None = None) -> str:
 
 @pytest.fixture(scope="module", autouse=True)
 def package_crd(control_plane: Any) -> Iterator[None]:
-    """Install the stand-in Package CRD for this module only, and remove it afterwards."""
+    """Install the real-schema Package CRD for this module only, and remove it afterwards."""
     client = Api(Path(control_plane.kubeconfig))
-    manifest = yaml.safe_load(STANDIN.read_text())
+    manifest = yaml.safe_load(PACKAGE_CRD.read_text())
     client.apply(manifest, f"{CRDS}/packages.uds.dev")
 
     def established() -> bool:
@@ -46,7 +46,7 @@ def package_crd(control_plane: Any) -> Iterator[None]:
         listed = client.call("GET", "/apis/uds.dev/v1alpha1/packages", expect=(200, 404, 429))[0]
         return served and listed == 200
 
-    wait_for(established, 30, 0.2, what="the stand-in Package CRD established")
+    wait_for(established, 30, 0.2, what="the Package CRD established")
     try:
         yield
     finally:
@@ -195,3 +195,120 @@ def test_an_existing_package_is_merged_into_without_clobbering_its_rules(
     operator.wait_quiet(1)
     package = only_package(api, namespace)  # not ours: never deleted, team rules intact
     assert tags(package) == ["team: api to kube", "team: second"]
+
+
+TEAM_MANAGER = "app-team-gitops"
+
+
+def test_rules_another_manager_applied_and_ours_merge_on_the_real_schema(
+    api: Api, operator: OperatorProcess, namespace: str
+) -> None:
+    """An application team owns the Package by server-side apply (its own field manager): our merge adds the
+    VM's rules next to theirs, keeps every field they set, and both managers appear in managedFields."""
+    team_allow = [
+        {
+            "direction": "Egress",
+            "selector": {"app": "api"},
+            "remoteHost": "db.site.internal",
+            "remoteProtocol": "TLS",
+            "port": 443,
+            "description": "team: api to db",
+        },
+        {
+            "direction": "Ingress",
+            "selector": {"app": "api"},
+            "remoteNamespace": "monitoring",
+            "remoteServiceAccount": "prometheus",
+            "ports": [8080, 8443],
+            "description": "team: scrape",
+        },
+    ]
+    team_expose = [
+        {"host": "api", "service": "api", "selector": {"app": "api"}, "port": 8080, "gateway": "tenant"}
+    ]
+    team = {
+        "apiVersion": "uds.dev/v1alpha1",
+        "kind": "Package",
+        "metadata": {"name": "api", "namespace": namespace},
+        "spec": {
+            "network": {"serviceMesh": {"mode": "sidecar"}, "allow": team_allow, "expose": team_expose},
+            "sso": [{"name": "API", "clientId": "uds-api", "redirectUris": ["https://api.uds.dev/*"]}],
+        },
+    }
+    api.apply(team, packages_path(namespace, "api"), manager=TEAM_MANAGER)
+    # The schema is the real one: a field UDS Core does not have is refused, not stored.
+    _, payload = api.call(
+        "POST",
+        packages_path(namespace),
+        body={
+            **team,
+            "metadata": {"name": "bad", "namespace": namespace},
+            "spec": {"network": {"allow": [{"direction": "Egress", "protocol": "UDP"}]}},
+        },
+        params={"fieldValidation": "Strict"},
+        expect=(400, 422),
+    )
+    assert "protocol" in str(payload), payload
+
+    vm = package_vm(
+        "web",
+        namespace,
+        egress="internet",
+        allow=[{"direction": "Ingress", "cidr": "10.10.0.0/16", "ports": [{"port": 22}]}],
+        expose=[
+            {"port": 443, "http": {"hostname": "web.uds.dev", "gateway": GATEWAY}},
+            {"port": 9100, "name": "metrics"},
+        ],
+    )
+    api.apply(vm, vm_path(namespace, "web"))
+    package = wait_owners(api, operator, namespace, {"web"})
+    spec = package["spec"]
+    assert package["metadata"]["name"] == "api"
+    assert spec["network"]["allow"][:2] == team_allow  # theirs first and untouched
+    assert spec["network"]["expose"][0] == {**team_expose[0]}
+    assert spec["network"]["serviceMesh"] == {"mode": "sidecar"}
+    assert spec["sso"] == team["spec"]["sso"]
+    assert [a["description"] for a in spec["network"]["allow"][2:]] == [
+        "uds-vm:web:egress-internet",
+        "uds-vm:web:allow-0-22",
+        "uds-vm:web:expose-9100",  # a plain port: in-namespace ingress
+    ]
+    assert [e["description"] for e in spec["network"]["expose"][1:]] == ["uds-vm:web:expose-443"]
+    assert [m["description"] for m in spec["monitor"]] == ["uds-vm:web:metrics"]
+    managers = {entry["manager"] for entry in package["metadata"].get("managedFields") or []}
+    assert TEAM_MANAGER in managers and len(managers) >= 2, managers
+
+    # The team's Package puts the namespace in sidecar mode: the launcher template and the DataVolume carry
+    # the annotations UDS admits for VMs there (a VM in another mode gets none: unit tier).
+    kubevirt_vm = api.get(f"/apis/kubevirt.io/v1/namespaces/{namespace}/virtualmachines/web") or {}
+    launcher = kubevirt_vm["spec"]["template"]["metadata"].get("annotations") or {}
+    assert launcher.get("status.sidecar.istio.io/port") == "0", launcher
+    assert launcher.get("traffic.sidecar.istio.io/kubevirtInterfaces") == "k6t-eth0", launcher
+    dv = api.get(f"/apis/cdi.kubevirt.io/v1beta1/namespaces/{namespace}/datavolumes/web-dv") or {}
+    assert (dv["metadata"].get("annotations") or {}).get("sidecar.istio.io/inject") == "false", dv["metadata"]
+
+    # The team re-applies the fields it still owns alone (the rule lists are atomic: our merge took them
+    # over, their entries unchanged), renaming its SSO client: our rules and theirs stay.
+    team["spec"]["sso"][0]["name"] = "API v2"
+    api.call(
+        "PATCH",
+        packages_path(namespace, "api"),
+        body={
+            "apiVersion": "uds.dev/v1alpha1",
+            "kind": "Package",
+            "metadata": {"name": "api", "namespace": namespace},
+            "spec": {"network": {"serviceMesh": {"mode": "sidecar"}}, "sso": team["spec"]["sso"]},
+        },
+        params={"fieldManager": TEAM_MANAGER, "fieldValidation": "Strict"},
+        content_type="application/apply-patch+yaml",
+        expect=(200,),
+    )
+    package = only_package(api, namespace)
+    assert owners(package) == {"web"} and package["spec"]["sso"][0]["name"] == "API v2"
+    assert package["spec"]["network"]["allow"][:2] == team_allow
+
+    api.delete(vm_path(namespace, "web"))
+    package = wait_owners(api, operator, namespace, set())
+    assert package["spec"]["network"]["allow"] == team_allow  # ours gone, theirs intact
+    assert package["spec"]["network"]["expose"] == team_expose
+    assert package["spec"]["network"]["serviceMesh"] == {"mode": "sidecar"}

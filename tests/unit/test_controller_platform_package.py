@@ -64,6 +64,8 @@ class MemoryApi:
             raise KubeApiError(409, "Conflict", "the object has been modified", what="patch")
         current["spec"].setdefault("network", {}).update(patch["spec"]["network"])
         current["spec"]["monitor"] = patch["spec"]["monitor"]
+        if "kubevirt" in patch["spec"]:
+            current["spec"]["kubevirt"] = patch["spec"]["kubevirt"]
         self._bump(current)
         self.writes.append(f"patch {name}")
         return copy.deepcopy(current)
@@ -217,3 +219,38 @@ def test_a_vm_that_never_used_the_package_costs_no_request() -> None:
     was_in_package = {"status": {"conditions": [{"type": "UDSPackageSynced", "status": "True"}]}}
     run(platform.sync_package(Owner(name="vm", namespace=NS, uid="u"), spec, was_in_package))
     assert api.reads == 1  # it left the mode: its rules are looked for once
+
+
+class PocCrdApi(MemoryApi):
+    """A site whose Package CRD has UDS's VM work (``spec.kubevirt.enabled``)."""
+
+    crd_reads = 0
+
+    async def get(self, kind: Any, namespace: str | None, name: str) -> dict[str, Any] | None:
+        if kind.kind != "CustomResourceDefinition":
+            return await super().get(kind, namespace, name)
+        self.crd_reads += 1
+        kubevirt = {"type": "object", "properties": {"enabled": {"type": "boolean"}}}
+        schema = {"properties": {"spec": {"properties": {"kubevirt": kubevirt}}}}
+        return {"spec": {"versions": [{"name": "v1alpha1", "schema": {"openAPIV3Schema": schema}}]}}
+
+
+def test_kubevirt_enabled_is_written_only_where_the_crd_has_it_and_the_crd_is_read_once() -> None:
+    plain = MemoryApi()
+    plain.add_vm("a")
+    run(PackageSync(plain).sync(NS, "a", rules_for("a", egress="internet")))  # type: ignore[arg-type]
+    assert "kubevirt" not in plain.packages["uds-vms"]["spec"]  # uds-core v1.11.0: no such field
+
+    poc = PocCrdApi()
+    poc.packages["app"] = {
+        "metadata": {"name": "app", "resourceVersion": "1", "uid": "u"},
+        "spec": {"network": {"allow": [{"direction": "Egress", "description": "team rule"}]}},
+    }
+    poc.add_vm("a")
+    poc.add_vm("b")
+    sync = PackageSync(poc)  # type: ignore[arg-type]
+    run(sync.sync(NS, "a", rules_for("a", egress="internet")))
+    assert poc.packages["app"]["spec"]["kubevirt"] == {"enabled": True}
+    assert run(sync.sync(NS, "a", rules_for("a", egress="internet"))).writes == 0  # resync: no write
+    run(sync.sync(NS, "b", rules_for("b")))
+    assert poc.crd_reads == 1, "the CRD is cached, not read per sync"

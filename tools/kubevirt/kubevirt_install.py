@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import platform
 import subprocess
 import sys
 import time
@@ -165,10 +166,28 @@ def kubevirt_cr() -> dict[str, Any]:
 def kubevirt_cr_status(version: str) -> dict[str, Any]:
     """The status virt-operator writes once it has deployed: virt-api and virt-controller take their cluster
     configuration (useEmulation among it) only from a KubeVirt CR whose status has a phase
-    (virt-config's GetConfigFromKubeVirtCR), so without it they would run on built-in defaults."""
+    (virt-config's GetConfigFromKubeVirtCR), so without it they would run on built-in defaults.
+
+    ``defaultArchitecture`` too: once the status has a phase, the cluster's default architecture is taken
+    from it alone (virt-operator sets it to its own GOARCH). Left empty, every VMI virt-controller creates
+    keeps an empty ``spec.architecture`` and virt-api's VMI create validator denies it ("unsupported
+    architecture: "), so a released VM never gets a VMI (measured: the issue 16 life-cycle draft)."""
     return {
-        "status": {"phase": "Deployed", "observedKubeVirtVersion": version, "targetKubeVirtVersion": version}
+        "status": {
+            "phase": "Deployed",
+            "observedKubeVirtVersion": version,
+            "targetKubeVirtVersion": version,
+            "defaultArchitecture": go_arch(),
+        }
     }
+
+
+def go_arch() -> str:
+    """This machine's architecture as Go (and so KubeVirt) names it; the node runs on this machine."""
+    machine = platform.machine().lower()
+    return {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "s390x": "s390x"}.get(
+        machine, machine
+    )
 
 
 def _apply(client: Client, obj: Mapping[str, Any]) -> None:

@@ -106,12 +106,13 @@ class KubeClient:
         body: Mapping[str, Any] | None = None,
         content_type: str = "application/json",
         params: Mapping[str, str] | None = None,
+        accept: str = "application/json",
         what: str,
     ) -> dict[str, Any] | None:
         """Send one request; ``None`` on 404, :class:`CliKubeError` on any other failure."""
         import httpx2  # noqa: PLC0415 (lazy: keeps start-up fast)
 
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         content = None
         if body is not None:
             content = json.dumps(body).encode()

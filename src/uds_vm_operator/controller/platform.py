@@ -41,6 +41,7 @@ from uds_vm_operator.controller.udspackage_sync import (
 from uds_vm_operator.render import ClusterFacts, Owner, vm_package_rules
 from uds_vm_operator.render.common import ROLE_LABEL, VM_LABEL, root_dv_name
 from uds_vm_operator.render.datavolume import DEFAULT_ACCESS_MODES, root_access_modes
+from uds_vm_operator.render.udspackage import with_mesh_annotations
 from uds_vm_operator.render.verifier import VERIFIER_ROLE
 from uds_vm_operator.runtime import kube
 from uds_vm_operator.runtime.conditions import Condition, by_type
@@ -297,6 +298,15 @@ class Platform:
             return children
         name = root_dv_name(owner.name)
         return [c for c in children if not (c["kind"] == "DataVolume" and c["metadata"]["name"] == name)]
+
+    async def mesh_children(
+        self, owner: Owner, spec: UDSVirtualMachineSpec, children: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """uds-package mode in a sidecar-mesh namespace: the annotations UDS admits on virt-launcher and CDI
+        worker pods (render.udspackage); any other mode or mesh: the children unchanged, no read."""
+        if spec.network.mode != "uds-package":
+            return children
+        return with_mesh_annotations(children, await self.packages.mesh_mode(owner.namespace))
 
     async def sync_package(
         self, owner: Owner, spec: UDSVirtualMachineSpec, owner_body: Mapping[str, Any]

@@ -31,6 +31,7 @@ from uds_vm_operator.controller.golden_image import (
     observe_golden_image,
 )
 from uds_vm_operator.controller.platform import PackageOutcome, Platform, PlatformAssessment
+from uds_vm_operator.controller.pod_selection import policy_selects_vm
 from uds_vm_operator.controller.status import (
     REPLACING_REASON,
     Observation,
@@ -266,6 +267,8 @@ class Reconciler(Controller):
         """Carry out the decisions in order: platform Events, SI-7 actions, children, Package, pruning,
         the golden-image factory. Every write is counted in ``ctx.outcome``."""
         owner, outcome = ctx.owner, ctx.outcome
+        # uds-package mode in a sidecar-mesh namespace: the annotations UDS admits (reads the mesh mode once)
+        ctx.children = await self.platform.mesh_children(owner, ctx.require_spec(), ctx.children)
         await self._emit_all(ctx, ctx.platform.events)
         self.enqueue_after(owner.namespace, owner.name, ctx.platform.requeue_after_s)
         verification = ctx.verification
@@ -329,14 +332,14 @@ class Reconciler(Controller):
     def _observation(self, ctx: VmReconcile) -> Observation:
         """What status derivation needs after a full pass."""
         name = ctx.owner.name
+        policy_in_place, selects_no_pod = _policy_selection(ctx.desired, ctx.observed, name)
         obs = self._base_observation(
             ctx.require_spec(),
             ctx.require_facts(),
             ctx.generation,
             datavolume=ctx.observed.get(("DataVolume", root_dv_name(name))),
             virtual_machine=ctx.observed.get(("VirtualMachine", name)),
-            network_isolated=ctx.package.in_place
-            or _in_place(ctx.desired, ctx.observed, ("NetworkPolicy", netpol_name(name))),
+            network_isolated=ctx.package.in_place or (policy_in_place and not selects_no_pod),
             hardening=_hardening(ctx.desired, ctx.observed, name),
             disk_blocker=ctx.disk_blocker,
             verification=ctx.verification,
@@ -345,6 +348,7 @@ class Reconciler(Controller):
             obs,
             extra_conditions=ctx.platform.conditions + ctx.package.conditions,
             ready_blocker=ctx.platform.ready_blocker,
+            network_selects_no_pod=selects_no_pod and not ctx.package.in_place,
         )
         golden = ctx.golden
         if golden is not None and golden.run_strategy is not None:  # the factory holds or runs the build VM
@@ -534,6 +538,19 @@ def _in_place(
 ) -> bool:
     want, have = desired.get(key), observed.get(key)
     return want is not None and have is not None and is_subset(normalise_secret(want), have)
+
+
+def _policy_selection(
+    desired: Mapping[tuple[str, str], Mapping[str, Any]],
+    observed: Mapping[tuple[str, str], Mapping[str, Any] | None],
+    name: str,
+) -> tuple[bool, bool]:
+    """(policy in place as rendered, yet selecting no launcher pod of the VM): see pod_selection."""
+    policy_key, vm_key = ("NetworkPolicy", netpol_name(name)), ("VirtualMachine", name)
+    if not _in_place(desired, observed, policy_key):
+        return False, False
+    live_vm = observed.get(vm_key) or desired.get(vm_key)
+    return True, not policy_selects_vm(observed.get(policy_key), live_vm)
 
 
 def _hardening(

@@ -65,6 +65,8 @@ class Observation:
     datavolume: Mapping[str, Any] | None = None
     virtual_machine: Mapping[str, Any] | None = None
     network_isolated: bool = False
+    network_selects_no_pod: bool = False
+    """The policy is in place as rendered but its live podSelector selects none of the VM's pods."""
     zero_trust: bool = False
     hardening_secret: str | None = None
     """Kind of hardening Secret rendered ("cloud-init" / "sysprep"), None when none is rendered."""
@@ -121,7 +123,7 @@ def derive_status(obs: Observation, previous: Mapping[str, Any] | None, now: str
         "checksumVerified": verified,
         "verifiedBy": verified_by if verified else None,
         "verifiedDigest": verified_digest if verified else None,
-        "zeroTrust": obs.zero_trust and obs.refusal is None,
+        "zeroTrust": obs.zero_trust and obs.refusal is None and not obs.network_selects_no_pod,
         "reconciledBy": RECONCILER_NAME,
         "importProgress": _import_progress(obs.datavolume) if obs.refusal is None else None,
         "observedGeneration": obs.generation,
@@ -258,6 +260,12 @@ def _ready(obs: Observation, phase: str, disk: Condition, checksum: Condition) -
 
 
 def _network(obs: Observation) -> Condition:
+    if obs.network_selects_no_pod:
+        return Condition(
+            "False",
+            "NetworkPolicySelectsNoPod",
+            "The VM's NetworkPolicy does not select the VM's virt-launcher pod, so it isolates nothing.",
+        )
     if obs.network_isolated:
         return Condition(
             "True", "NetworkPolicyApplied", "Ingress is denied unless allowed; egress is restricted."

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,10 @@ from uds_vm_operator.render.udspackage import (
     PACKAGE_KIND,
     RULE_SECTIONS,
     merge_package,
+    mesh_mode,
+    package_supports_kubevirt,
     remove_vm_from_package,
+    with_kubevirt_enabled,
 )
 from uds_vm_operator.runtime import kube
 from uds_vm_operator.runtime.conditions import Condition
@@ -44,6 +48,8 @@ DEFAULT_PACKAGE_NAME = "uds-vms"
 RULE_TAG = "uds-vm:"
 MAX_ATTEMPTS = 5
 CONDITION_TYPE = "UDSPackageSynced"
+PACKAGE_CRD = "packages.uds.dev"
+CRD_TTL_S = 300.0  # the Package CRD changes with a UDS Core upgrade only: read it at most every 5 minutes
 
 Rules = dict[str, list[dict[str, Any]]]
 
@@ -118,6 +124,7 @@ def _is_empty_shell(package: Mapping[str, Any]) -> bool:
     spec = dict(package.get("spec") or {})
     network = dict(spec.pop("network", None) or {})
     spec.pop("monitor", None)
+    spec.pop("kubevirt", None)  # our own flag on our own Package: nothing of anybody else
     network.pop("allow", None)
     network.pop("expose", None)
     return not spec and not network
@@ -130,6 +137,18 @@ class PackageSync:
         self.api = api
         self._vm_known = vm_known or (lambda _ns, _name: False)
         self._locks: dict[str, asyncio.Lock] = {}
+        self._kubevirt: tuple[float, bool] | None = None
+
+    async def kubevirt_supported(self) -> bool:
+        """Whether the site's Package CRD has ``spec.kubevirt.enabled``: read, not assumed; unreadable: no."""
+        now = time.monotonic()
+        if self._kubevirt is None or now - self._kubevirt[0] >= CRD_TTL_S:
+            try:
+                crd = await self.api.get(kube.CRD, None, PACKAGE_CRD)
+            except KubeApiError:  # e.g. 403 with namespaced RBAC: do not write a field we cannot vouch for
+                crd = None
+            self._kubevirt = (now, package_supports_kubevirt(crd))
+        return self._kubevirt[1]
 
     def _lock(self, namespace: str) -> asyncio.Lock:
         return self._locks.setdefault(namespace, asyncio.Lock())
@@ -150,6 +169,13 @@ class PackageSync:
                         extra={"namespace": namespace, "vm": vm_name, "attempt": attempt},
                     )
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def mesh_mode(self, namespace: str) -> str:
+        """The namespace's service-mesh mode as its Package declares it (UDS Core's default without one)."""
+        try:
+            return mesh_mode(choose_package(await self.api.list(PACKAGE, namespace)))
+        except PackageProblemError:
+            return mesh_mode(None)  # several Packages: the sync reports it; render as UDS's default
 
     async def _orphans(self, namespace: str, package: Mapping[str, Any] | None, keep: str) -> list[str]:
         """Tagged VMs that no longer exist: not in the cache *and* absent on the API server."""
@@ -185,6 +211,7 @@ class PackageSync:
             desired = merge_package(
                 desired, vm_name, rules, namespace=namespace, package_name=DEFAULT_PACKAGE_NAME
             )
+            desired = with_kubevirt_enabled(desired, await self.kubevirt_supported())
         if existing is None:
             return PackageResult(DEFAULT_PACKAGE_NAME, await self._create(namespace, desired))
         meta = existing.get("metadata") or {}
@@ -192,13 +219,16 @@ class PackageSync:
         if rules is None and _is_empty_shell(desired) and not await self._other_members(namespace, vm_name):
             await self._delete(namespace, meta)
             return PackageResult(None, 1)
-        if sections_of(desired) == sections_of(existing):
+        kubevirt = (desired.get("spec") or {}).get("kubevirt")
+        if sections_of(desired) == sections_of(existing) and kubevirt == (existing.get("spec") or {}).get(
+            "kubevirt"
+        ):
             return PackageResult(name, 0)
         allow, expose, monitor = sections_of(desired)
-        patch = {
-            "metadata": {"resourceVersion": meta.get("resourceVersion")},
-            "spec": {"network": {"allow": allow, "expose": expose}, "monitor": monitor},
-        }
+        spec: dict[str, Any] = {"network": {"allow": allow, "expose": expose}, "monitor": monitor}
+        if kubevirt is not None:
+            spec["kubevirt"] = kubevirt
+        patch = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "spec": spec}
         await self.api.merge_patch(PACKAGE, namespace, name, patch)
         log.info("Package rules merged", extra={"namespace": namespace, "package": name, "vm": vm_name})
         return PackageResult(name, 1)

@@ -15,6 +15,9 @@ Mapping onto the Package schema (every allow entry needs a remote):
   namespace says admin, else ``tenant``; ``host`` is the first DNS label of the hostname (UDS appends its
   domain).
 - an exposed port named ``metrics``: a ``monitor`` entry so Prometheus scrapes the guest exporter.
+- only fields of uds-core v1.11.0's Package schema are written (that schema is
+  tests/integration/crds/uds-package-v1alpha1.yaml, checked with Strict field validation); its ports are TCP
+  only, so a UDP or SCTP port is a spec error in this mode rather than a rule that silently opens TCP.
 """
 
 from __future__ import annotations
@@ -59,6 +62,15 @@ def _pod_labels(selector: LabelSelector | None, where: str) -> dict[str, str] | 
     return dict(selector.match_labels or {})
 
 
+def _tcp_only(protocol: str, where: str) -> None:
+    """A Package port has no protocol (uds-core: "protocol is always TCP"): refuse rather than widen."""
+    if protocol != "TCP":
+        raise SpecError(
+            f"{where}: a UDS Package allow rule opens TCP ports only, so {protocol} cannot be expressed in "
+            "network.mode uds-package; use network.mode: networkpolicy for this VM"
+        )
+
+
 def _allow_entry(vm_name: str, rule: AllowRule, index: int) -> list[dict[str, Any]]:
     where = f"spec.network.allow[{index}]"
     base: dict[str, Any] = {
@@ -79,13 +91,10 @@ def _allow_entry(vm_name: str, rule: AllowRule, index: int) -> list[dict[str, An
             base["remoteGenerated"] = "Anywhere"
     if not rule.ports:
         return [base]
+    for port in rule.ports:
+        _tcp_only(port.protocol, f"{where}.ports")
     return [
-        {
-            **base,
-            "port": port.port,
-            "protocol": port.protocol,
-            "description": f"{base['description']}-{port.port}",
-        }
+        {**base, "port": port.port, "description": f"{base['description']}-{port.port}"}
         for port in rule.ports
     ]
 
@@ -136,13 +145,13 @@ def vm_package_rules(vm_name: str, spec: UDSVirtualMachineSpec) -> dict[str, lis
                 }
             )
         else:
+            _tcp_only(item.protocol, f"spec.network.expose[port {item.port}]")
             allow.append(
                 {
                     "direction": "Ingress",
                     "selector": selector,
                     "remoteGenerated": "IntraNamespace",
                     "port": item.port,
-                    "protocol": item.protocol,
                     "description": f"{prefix}expose-{item.port}",
                 }
             )
@@ -209,3 +218,79 @@ def merge_package(
         key = path[-1]
         _section(spec, path).extend(copy.deepcopy(rules.get(key, [])))
     return package
+
+
+# --------------------------------------------------------------------------------- sidecar mesh and kubevirt
+# What the UDS VM work (uds-core's VM proof of concept) found VM namespaces need; see
+# ../shared/reference/uds-core-vm.md. UDS Core's policies allow exactly these annotations, and only on
+# virt-launcher pods (the VM template) and CDI worker pods (importer, upload, clone), only in namespaces its
+# operator labelled for KubeVirt. Ambient mode needs none of them.
+MESH_MODES = ("sidecar", "ambient")
+DEFAULT_MESH_MODE = "ambient"  # the Package CRD's default for spec.network.serviceMesh.mode
+# KubeVirt's masquerade binding puts the guest behind k6t-eth0 inside the launcher pod: Istio must redirect
+# that interface's traffic, and the istio-proxy readiness probe (pilot-agent on 127.0.0.1, probed by the
+# kubelet on the pod IP) must go, or the launcher is never Ready.
+LAUNCHER_SIDECAR_ANNOTATIONS = {
+    "traffic.sidecar.istio.io/kubevirtInterfaces": "k6t-eth0",
+    "istio.io/reroute-virtual-interfaces": "k6t-eth0",
+    "status.sidecar.istio.io/port": "0",
+}
+# CDI copies this annotation from a DataVolume to the worker pods it starts for it; a sidecar in an importer
+# keeps the pod from ever completing.
+CDI_WORKER_SIDECAR_ANNOTATIONS = {"sidecar.istio.io/inject": "false"}
+
+
+def mesh_mode(package: dict[str, Any] | None) -> str:
+    """The namespace's mesh mode as its Package declares it (UDS Core's default when unset)."""
+    mode = (((package or {}).get("spec") or {}).get("network") or {}).get("serviceMesh") or {}
+    value = mode.get("mode") if isinstance(mode, dict) else None
+    return value if value in MESH_MODES else DEFAULT_MESH_MODE
+
+
+def with_mesh_annotations(children: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
+    """The children with the sidecar-mode annotations on the launcher template and on every DataVolume
+    (standalone or a VM's dataVolumeTemplates); in any other mode the children unchanged. Pure."""
+    if mode != "sidecar":
+        return children
+    result = copy.deepcopy(children)
+    for child in result:
+        if child.get("kind") == "DataVolume":
+            _annotate(child.setdefault("metadata", {}), CDI_WORKER_SIDECAR_ANNOTATIONS)
+        elif child.get("kind") == "VirtualMachine":
+            spec = child.setdefault("spec", {})
+            _annotate(
+                spec.setdefault("template", {}).setdefault("metadata", {}), LAUNCHER_SIDECAR_ANNOTATIONS
+            )
+            for template in spec.get("dataVolumeTemplates") or []:
+                _annotate(template.setdefault("metadata", {}), CDI_WORKER_SIDECAR_ANNOTATIONS)
+    return result
+
+
+def _annotate(metadata: dict[str, Any], annotations: dict[str, str]) -> None:
+    metadata["annotations"] = {**(metadata.get("annotations") or {}), **annotations}
+
+
+def package_supports_kubevirt(crd: dict[str, Any] | None) -> bool:
+    """True when the installed Package CRD has ``spec.kubevirt.enabled`` (UDS's VM work; uds-core v1.11.0
+    has not released it). Writing it to a CRD without the field would be refused (Strict) or pruned."""
+    for version in ((crd or {}).get("spec") or {}).get("versions") or []:
+        if version.get("name") != PACKAGE_API_VERSION.split("/", 1)[1]:
+            continue
+        node: Any = (version.get("schema") or {}).get("openAPIV3Schema") or {}
+        for key in ("spec", "kubevirt", "enabled"):
+            node = (node.get("properties") or {}).get(key) if isinstance(node, dict) else None
+            if not node:
+                return False
+        return True
+    return False
+
+
+def with_kubevirt_enabled(package: dict[str, Any], supported: bool) -> dict[str, Any]:
+    """The Package with ``spec.kubevirt.enabled: true`` when the site's CRD supports it; else unchanged.
+    UDS then labels the namespace ``uds.dev/kubevirt-workload``; its policies admit the annotations above."""
+    if not supported:
+        return package
+    result = copy.deepcopy(package)
+    spec = result.setdefault("spec", {})
+    spec["kubevirt"] = {**(spec.get("kubevirt") or {}), "enabled": True}
+    return result

@@ -1,13 +1,12 @@
-"""DRAFT, not collected: its VMI never appears on the node yet (closing note of issue 16).
-
-What a UDSVirtualMachine becomes with the real virt-controller v1.8.4 and virt-api v1.8.4.
+"""What a UDSVirtualMachine becomes with the real virt-controller v1.8.4 and virt-api v1.8.4 (issue 16, 4-5).
 
 The operator runs as a host process; KubeVirt's part is real: virt-controller writes the VM's status,
 creates the VMI and the virt-launcher pod, virt-api serves the restart subresource. Played: only CDI (the
 test creates the PVC an HTTP import would leave, on a real node volume, and reports the DataVolume
 Succeeded; CDI verified the declared sha256 on the way, so the operator releases the VM without its own
 verifier pod). Not reached (ADR 0008): the launcher pod stays Pending because no virt-handler advertises
-the node as schedulable for VMs, so no guest boots and no packets reach a VM.
+the node as schedulable for VMs, so no guest boots and no packets reach a VM; the NetworkPolicy is asserted
+on the real launcher pod through the API server's own label selection.
 """
 
 from __future__ import annotations
@@ -121,9 +120,35 @@ def vmctl(node: NodeHandle, *args: str) -> str:
     return result.stdout
 
 
+def diagnosis(node: NodeHandle, namespace: str) -> str:
+    """KubeVirt's view of the namespace's VMs: their status, the events, virt-controller's log."""
+    vms = [
+        {
+            "name": vm["metadata"]["name"],
+            "spec.runStrategy": vm["spec"].get("runStrategy"),
+            "status": vm.get("status"),
+        }
+        for vm in node.api.items(vm_path(namespace))
+    ]
+    events = [
+        f"{e.get('involvedObject', {}).get('kind')}/{e.get('involvedObject', {}).get('name')}: "
+        f"{e.get('reason')}: {e.get('message')}"
+        for e in node.api.items(f"/api/v1/namespaces/{namespace}/events")
+    ]
+    return f"VMs: {vms}\nevents:\n" + "\n".join(events) + f"\n{component_logs(node, lines=60)}"
+
+
+def waited(node: NodeHandle, namespace: str, what: str, probe: Any, timeout_s: float = 180.0) -> Any:
+    """wait_until, with KubeVirt's view of the namespace in the failure message."""
+    try:
+        return wait_until(what, probe, timeout_s)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{diagnosis(node, namespace)}") from None
+
+
 def the_launcher_pod(node: NodeHandle, namespace: str, name: str) -> dict[str, Any]:
-    pods = wait_until(
-        "virt-controller's virt-launcher pod", lambda: launcher_pods(node, namespace, name), 120
+    pods = waited(
+        node, namespace, "virt-controller's virt-launcher pod", lambda: launcher_pods(node, namespace, name)
     )
     assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
     return pods[0]
@@ -149,7 +174,7 @@ def test_a_vm_is_halted_until_verified_then_becomes_a_vmi_and_a_launcher_pod(
         lambda: (node.api.get(vm_path(ns, "web")) or {}).get("spec", {}).get("runStrategy") == "Always",
         120,
     )
-    vmi = wait_until("virt-controller's VMI", lambda: node.api.get(vmi_path(ns, "web")), 120)
+    vmi = waited(node, ns, "virt-controller's VMI", lambda: node.api.get(vmi_path(ns, "web")))
     assert vmi["metadata"]["ownerReferences"][0]["kind"] == "VirtualMachine"
     pod = the_launcher_pod(node, ns, "web")
     volumes = pod["spec"]["volumes"]
@@ -161,15 +186,67 @@ def test_a_vm_is_halted_until_verified_then_becomes_a_vmi_and_a_launcher_pod(
     assert labels["uds.dev/vm"] == "web"  # our template labels reach the real launcher pod
 
     # The VM's NetworkPolicy selects the real launcher pod: the API server's own label selection.
-    policies = node.api.items(f"/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies")
-    policy = next(p for p in policies if p["metadata"]["name"] == "web-netpol")
-    match = policy["spec"]["podSelector"]["matchLabels"]
-    selector = ",".join(f"{key}={value}" for key, value in sorted(match.items()))
-    selected = node.api.items(f"/api/v1/namespaces/{ns}/pods", label_selector=selector)
-    assert [p["metadata"]["name"] for p in selected] == [pod["metadata"]["name"]]
-    status = (node.api.get(f"{UDS_VM_API}/namespaces/{ns}/udsvirtualmachines/web") or {}).get("status") or {}
-    isolated = next((c for c in status.get("conditions", []) if c["type"] == "NetworkIsolated"), {})
-    assert isolated.get("status") == "True", status
+    assert policy_selection(node, ns) == [pod["metadata"]["name"]]
+    assert isolation(node, ns) == ("True", "NetworkPolicyApplied", True)
+
+    # Another field manager narrows the live policy's selector (server-side apply keeps the extra label,
+    # every rendered field is still in place): the API server now selects no pod, and the operator must
+    # report that the policy isolates nothing, never zero trust.
+    node.api.merge(netpol(ns), {"spec": {"podSelector": {"matchLabels": {"owner-team": "a"}}}})
+    assert policy_selection(node, ns) == []
+    wait_until(
+        "the operator to report a policy that selects no pod",
+        lambda: isolation(node, ns) == ("False", "NetworkPolicySelectsNoPod", False),
+        120,
+    )
+    node.api.merge(netpol(ns), {"spec": {"podSelector": {"matchLabels": {"owner-team": None}}}})
+    assert policy_selection(node, ns) == [pod["metadata"]["name"]]
+    wait_until(
+        "the operator to report the policy applied again",
+        lambda: isolation(node, ns) == ("True", "NetworkPolicyApplied", True),
+        120,
+    )
+
+
+def netpol(namespace: str) -> str:
+    """The VM's rendered NetworkPolicy."""
+    return f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies/web-netpol"
+
+
+def label_selector(selector: dict[str, Any]) -> str:
+    """A NetworkPolicy podSelector as the API server's labelSelector query (set-based syntax)."""
+    terms = [f"{key}={value}" for key, value in sorted((selector.get("matchLabels") or {}).items())]
+    for expression in selector.get("matchExpressions") or []:
+        key, operator, values = expression["key"], expression["operator"], expression.get("values") or []
+        terms.append(
+            {
+                "In": f"{key} in ({','.join(values)})",
+                "NotIn": f"{key} notin ({','.join(values)})",
+                "Exists": key,
+                "DoesNotExist": f"!{key}",
+            }[operator]
+        )
+    return ",".join(terms)
+
+
+def policy_selection(node: NodeHandle, namespace: str) -> list[str]:
+    """The pods of the namespace the live web-netpol selects, as the API server selects them."""
+    policy = node.api.get(netpol(namespace))
+    assert policy is not None
+    selector = label_selector(policy["spec"]["podSelector"])
+    return sorted(
+        p["metadata"]["name"]
+        for p in node.api.items(f"/api/v1/namespaces/{namespace}/pods", label_selector=selector)
+    )
+
+
+def isolation(node: NodeHandle, namespace: str) -> tuple[str, str, bool]:
+    """(NetworkIsolated status, its reason, zeroTrust) from the UDSVirtualMachine's status."""
+    status = (node.api.get(f"{UDS_VM_API}/namespaces/{namespace}/udsvirtualmachines/web") or {}).get(
+        "status"
+    ) or {}
+    found = next((c for c in status.get("conditions", []) if c["type"] == "NetworkIsolated"), {})
+    return (found.get("status", ""), found.get("reason", ""), bool(status.get("zeroTrust")))
 
 
 def _vmi_going(node: NodeHandle, namespace: str, uid: str) -> bool:
@@ -189,7 +266,7 @@ def test_power_restart_stop_start_through_the_real_kubevirt(
     node = kubevirt
     node.api.create(udsvm(ns), f"{UDS_VM_API}/namespaces/{ns}/udsvirtualmachines")
     play_cdi_import(node, ns, "web-dv")
-    first = wait_until("the first VMI", lambda: node.api.get(vmi_path(ns, "web")), 180)
+    first = waited(node, ns, "the first VMI", lambda: node.api.get(vmi_path(ns, "web")))
     vm_uid = node.api.get(vm_path(ns, "web"))["metadata"]["uid"]  # type: ignore[index]
 
     # restart: virt-api's restart subresource (through the aggregated API), not a delete of the VM.

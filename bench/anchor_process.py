@@ -1,0 +1,133 @@
+"""Run the Go anchor (``.envtest/bin/go-anchor``, built by ``make go-anchor``) as a real process.
+
+Mirrors ``OperatorProcess`` (tests/integration/operator_harness.py) closely enough that a benchmark can
+drive either the same way: start on a free loopback metrics port, count finished reconciles from
+controller-runtime's own ``controller_runtime_reconcile_total``, wait until quiet, stop by its own PID.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ANCHOR_BIN = ROOT / ".envtest" / "bin" / "go-anchor"
+
+
+class AnchorError(RuntimeError):
+    """The anchor is missing, exited or did not settle; the message says which and carries its log."""
+
+
+class AnchorProcess:
+    """One go-anchor serving one namespace."""
+
+    def __init__(self, kubeconfig: Path, namespace: str, rendered: Path, log_dir: Path, workers: int = 8):
+        self.kubeconfig = kubeconfig
+        self.namespace = namespace
+        self.rendered = rendered
+        self.log_dir = log_dir
+        self.workers = workers
+        self.metrics_port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"go-anchor-{self.namespace}-{self.starts}.log"
+
+    def argv(self) -> list[str]:
+        """The command line, as a benchmark measuring its start needs it too."""
+        return [
+            str(ANCHOR_BIN),
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--namespace",
+            self.namespace,
+            "--rendered",
+            str(self.rendered),
+            "--max-workers",
+            str(self.workers),
+            "--bind-address",
+            "127.0.0.1",
+            "--metrics-port",
+            str(self.metrics_port),
+        ]
+
+    def start(self) -> None:
+        """Start and wait until its metrics endpoint answers (the manager is running)."""
+        from controlplane import free_loopback_port  # noqa: PLC0415 (tools/envtest on sys.path)
+
+        if not ANCHOR_BIN.exists():
+            raise AnchorError(f"{ANCHOR_BIN} is missing: run `make go-anchor`")
+        assert self.process is None, "already running"
+        self.starts += 1
+        self.metrics_port = free_loopback_port()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("wb") as log:
+            self.process = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AnchorError(f"go-anchor exited with {self.process.returncode}: {self.logs()}")
+            if self._metrics() is not None:
+                return
+            time.sleep(0.1)
+        raise AnchorError(f"go-anchor's metrics did not answer within 60 s: {self.logs()}")
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def _metrics(self) -> str | None:
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10
+            ) as answer:
+                return str(answer.read().decode())
+        except (urllib.error.URLError, OSError):
+            return None
+
+    def reconciles(self) -> int:
+        """Finished reconciles (any result) since this process started."""
+        total = 0.0
+        for line in (self._metrics() or "").splitlines():
+            if line.startswith("controller_runtime_reconcile_total{"):
+                total += float(line.rsplit(" ", 1)[1])
+        return int(total)
+
+    def wait_quiet(self, minimum: int, quiet_s: float = 2.0, timeout_s: float = 60.0) -> int:
+        """Wait until at least ``minimum`` reconciles finished and none happened for ``quiet_s``."""
+        deadline = time.monotonic() + timeout_s
+        last, since = -1, time.monotonic()
+        while time.monotonic() < deadline:
+            count = self.reconciles()
+            if count != last:
+                last, since = count, time.monotonic()
+            elif count >= minimum and time.monotonic() - since >= quiet_s:
+                return count
+            time.sleep(0.2)
+        raise AnchorError(f"go-anchor did not settle: {last} reconciles (wanted >= {minimum}); {self.logs()}")
+
+    def stop(self) -> int:
+        """SIGTERM our own PID and wait; SIGKILL only if it does not exit."""
+        if self.process is None:
+            return 0
+        process, self.process = self.process, None
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                return process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        return process.wait(timeout=10)
+
+    def logs(self, limit: int = 6000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-limit:]
+        except OSError:
+            return "<no log>"

@@ -1,0 +1,548 @@
+"""5,000 VMs and a Go operator side by side (issue 19): the floor, our operator and the Go anchor, one run.
+
+Sections, each written to ``bench/results/fleet_anchor.partial.json`` as soon as it finishes:
+
+- ``startup``: start → first status write of a waiting VM (seen by a watch, as ``operator_startup``),
+  interleaved ours / anchor, warm and cold (page cache of every file the process reads evicted first);
+  ours with both controllers, as the chart runs it. ``idle_rss_mib``: ``VmRSS`` 3 s after that first
+  reconcile, with nothing left to do.
+- ``fleet``: per N (1,000 and 5,000), in fresh namespaces and interleaved: the floor
+  (``reconcile_scale``'s), ours (both controllers, ``--max-workers 8``), the anchor (8 workers). Per
+  operator: convergence seconds (watch-observed, as ``reconcile_scale``), ratio to the floor, peak RSS
+  (``VmHWM``), CPU seconds (utime + stime) to converge, API requests per VM (the API server's own
+  ``apiserver_request_total``, every verb and resource, minus the user's N applies), and the writes of a
+  forced resync (restart: re-list and reconcile all N; must be 0).
+- ``pools``: ours (both controllers), 50 pools x 20 members rolled to a new template at once, members made
+  Ready 2 s after they appear: time to roll, peak RSS, the lowest Ready count any pool reached.
+
+The anchor is fed the Python renderer's output (``bench/anchor_render.py``; ADR 0010). Every wait is
+bounded. The load average (1 min) is recorded beside every figure: the machine is shared. Uses
+``$UDS_TEST_KUBECONFIG`` when set, else a private control plane (preferred: its request counters are
+ours alone). ``BENCH_ANCHOR_N`` (comma list), ``BENCH_ANCHOR_SECTIONS`` (comma list) override.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from bench.image_env import image_environment
+
+ROOT = Path(__file__).resolve().parent.parent
+for extra in (ROOT, ROOT / "tools" / "envtest", ROOT / "tests", ROOT / "tests" / "integration"):
+    if str(extra) not in sys.path:
+        sys.path.insert(0, str(extra))
+
+from bench import page_cache  # noqa: E402
+from bench.anchor_process import ANCHOR_BIN, AnchorProcess  # noqa: E402
+from bench.anchor_render import GENERATION_PLACEHOLDER, NOW_PLACEHOLDER, calibrate, write_rendered  # noqa: E402
+
+SIZES = (1000, 5000)
+WORKERS = 8
+SECTIONS = ("startup", "fleet", "pools")
+STARTUP_REPEATS = 3
+POOLS, POOL_REPLICAS, POOL_READY_DELAY_S = 50, 20, 2.0
+POOL_STRATEGY = {"maxSurge": 2, "maxUnavailable": 0}
+PARTIAL = ROOT / "bench" / "results" / "fleet_anchor.partial.json"
+_SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
+
+
+@contextlib.contextmanager
+def _kubeconfig() -> Iterator[Path]:
+    reuse = os.environ.get("UDS_TEST_KUBECONFIG")
+    if reuse:
+        yield Path(reuse)
+        return
+    from controlplane import running_control_plane  # noqa: PLC0415
+
+    with running_control_plane() as plane:
+        yield Path(plane.kubeconfig)
+
+
+def _vm(name: str, namespace: str) -> dict[str, Any]:
+    from operator_fixtures import udsvm  # noqa: PLC0415
+
+    return udsvm(name, namespace)
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 1)
+
+
+def _proc_status(pid: int, field: str) -> float:
+    """``VmHWM``/``VmRSS`` of a process, MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    raise RuntimeError(f"no {field} in /proc/{pid}/status")
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
+
+
+def _requests(api: Any) -> dict[str, float]:
+    """Every ``apiserver_request_total`` sample, keyed verb/resource/subresource."""
+    counts: dict[str, float] = {}
+    for line in api.text("/metrics").splitlines():
+        match = _SAMPLE.match(line)
+        if match is None:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group("labels")))
+        key = "/".join((labels.get("verb", ""), labels.get("resource", ""), labels.get("subresource", "")))
+        counts[key] = counts.get(key, 0.0) + float(match.group("value"))
+    return counts
+
+
+def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, int]:
+    return {k: int(v - before.get(k, 0.0)) for k, v in after.items() if v != before.get(k, 0.0)}
+
+
+def _save_partial(results: dict[str, Any]) -> None:
+    PARTIAL.parent.mkdir(parents=True, exist_ok=True)
+    PARTIAL.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+
+
+# ------------------------------------------------------------------------------------------- processes
+
+
+class _Ours:
+    """Our operator as the chart runs it (both controllers), behind the interface the scenarios need."""
+
+    label = "ours"
+
+    def __init__(self, kubeconfig: Path, namespace: str, scratch: Path) -> None:
+        from operator_harness import OperatorProcess  # noqa: PLC0415
+
+        self.process = OperatorProcess(
+            kubeconfig,
+            namespace,
+            scratch / "logs",
+            extra_args=["--max-workers", str(WORKERS), "--log-level", "WARNING"],
+            environment=image_environment(os.environ),
+        )
+
+    def start(self) -> None:
+        self.process.start()
+
+    @property
+    def pid(self) -> int:
+        assert self.process.process is not None
+        return self.process.process.pid
+
+    def wait_quiet(self, minimum: int, quiet_s: float, timeout_s: float) -> int:
+        return self.process.wait_quiet(minimum=minimum, quiet_s=quiet_s, timeout_s=timeout_s)
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+class _Anchor:
+    label = "anchor"
+
+    def __init__(self, kubeconfig: Path, namespace: str, scratch: Path, rendered: Path) -> None:
+        self.process = AnchorProcess(kubeconfig, namespace, rendered, scratch / "logs", workers=WORKERS)
+
+    def start(self) -> None:
+        self.process.start()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def wait_quiet(self, minimum: int, quiet_s: float, timeout_s: float) -> int:
+        return self.process.wait_quiet(minimum=minimum, quiet_s=quiet_s, timeout_s=timeout_s)
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
+# --------------------------------------------------------------------------------------------- fleet
+
+
+def _operator_scenario(
+    kubeconfig: Path, n: int, make: Callable[[str, Path], Any], calibration: dict[str, Any]
+) -> dict[str, Any]:
+    from operator_harness import Api, apiserver_writes  # noqa: PLC0415
+
+    from bench.reconcile_scale import _namespace, _timed, _wait_no_terminating  # noqa: PLC0415
+
+    api = Api(kubeconfig)
+    _wait_no_terminating(api, timeout_s=1800)
+    scratch = Path(tempfile.mkdtemp(prefix="bench-anchor-"))
+    label = make("probe", scratch).label
+    namespace = _namespace(api, f"bench-{label}{n}")
+    names = [f"vm{i:04d}" for i in range(n)]
+    if label == "anchor":
+        write_rendered(scratch / "rendered", namespace, names, _vm, calibration)
+    operator = make(namespace, scratch)
+    load_before = _load()
+    try:
+        operator.start()
+        idle_rss = _proc_status(operator.pid, "VmRSS")
+        cpu_before = _cpu_s(operator.pid)
+        requests_before = _requests(api)
+        seconds, _ = asyncio.run(_timed(kubeconfig, namespace, names))
+        operator.wait_quiet(minimum=n, quiet_s=2.0, timeout_s=1800)
+        cpu_converge = round(_cpu_s(operator.pid) - cpu_before, 2)
+        requests = _delta(_requests(api), requests_before)
+        rss_converged = _proc_status(operator.pid, "VmHWM")
+        load_converged = _load()
+
+        operator.stop()
+        writes_before = apiserver_writes(api)
+        resync_requests_before = _requests(api)
+        started = time.perf_counter()
+        operator.start()
+        operator.wait_quiet(minimum=n, quiet_s=3.0, timeout_s=1800)
+        resync_s = time.perf_counter() - started
+        resync_writes = apiserver_writes(api) - writes_before
+        resync_requests = _delta(_requests(api), resync_requests_before)
+        rss_resync = _proc_status(operator.pid, "VmHWM")
+        cpu_resync = _cpu_s(operator.pid)
+    finally:
+        operator.stop()
+        api.call("DELETE", f"/api/v1/namespaces/{namespace}", expect=(200, 202, 404))
+        api.close()
+    total = sum(requests.values()) - n  # minus the user's N applies
+    return {
+        "operator": label,
+        "seconds": round(seconds, 2),
+        "peak_rss_mib": max(rss_converged, rss_resync),
+        "peak_rss_mib_converging": rss_converged,
+        "peak_rss_mib_resync": rss_resync,
+        "rss_mib_at_start": idle_rss,
+        "cpu_s_converging": cpu_converge,
+        "cpu_s_resync_incl_start": cpu_resync,
+        "api_requests": total,
+        "api_requests_per_vm": round(total / n, 2),
+        "api_requests_by_verb_resource": dict(sorted(requests.items(), key=lambda kv: -kv[1])[:25]),
+        "resync_s_incl_start_and_3s_quiet": round(resync_s, 2),
+        "resync_writes": resync_writes,
+        "resync_requests": sum(resync_requests.values()),
+        "load_1m": {"before": load_before, "converged": load_converged, "after": _load()},
+    }
+
+
+def _floor_status(calibration: dict[str, Any]) -> dict[str, Any]:
+    text = json.dumps(calibration["status"]).replace(f'"{GENERATION_PLACEHOLDER}"', "1")
+    status = json.loads(text.replace(NOW_PLACEHOLDER, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
+    status.pop("observedGeneration", None)
+    return {key: value for key, value in status.items() if value is not None}
+
+
+def _fleet(kubeconfig: Path, sizes: list[int], calibration: dict[str, Any], results: dict[str, Any]) -> None:
+    from operator_harness import Api  # noqa: PLC0415
+
+    from bench.reconcile_scale import _floor_scenario, _wait_no_terminating  # noqa: PLC0415
+
+    fleet: dict[str, Any] = results.setdefault("fleet", {})
+    for n in sizes:
+        api = Api(kubeconfig)
+        _wait_no_terminating(api, timeout_s=1800)
+        api.close()
+        load = _load()
+        floor = _floor_scenario(kubeconfig, n, _floor_status(calibration), True)
+        floor["load_1m"] = {"before": load, "after": _load()}
+        print(f"N={n}: floor {floor['seconds']} s", file=sys.stderr, flush=True)
+        entry: dict[str, Any] = {"floor": floor}
+        fleet[str(n)] = entry
+        _save_partial(results)
+        makers: dict[str, Callable[[str, Path], Any]] = {
+            "ours": lambda ns, scratch: _Ours(kubeconfig, ns, scratch),
+            "anchor": lambda ns, scratch: _Anchor(kubeconfig, ns, scratch, scratch / "rendered"),
+        }
+        for label, make in makers.items():
+            run_ = _operator_scenario(kubeconfig, n, make, calibration)
+            run_["ratio_to_floor"] = round(run_["seconds"] / floor["seconds"], 2)
+            entry[label] = run_
+            print(
+                f"N={n}: {label} {run_['seconds']} s ({run_['ratio_to_floor']}x floor), "
+                f"peak {run_['peak_rss_mib']} MiB, cpu {run_['cpu_s_converging']} s, "
+                f"{run_['api_requests_per_vm']} req/VM, resync writes {run_['resync_writes']}",
+                file=sys.stderr,
+                flush=True,
+            )
+            _save_partial(results)
+        entry["ours_to_anchor_time"] = round(entry["ours"]["seconds"] / entry["anchor"]["seconds"], 2)
+        _save_partial(results)
+
+
+# ------------------------------------------------------------------------------------------- startup
+
+
+def _idle_rss_probe(who: str, mapped: list[Path], idle: dict[str, list[float]]) -> Callable[[int], None]:
+    """After start-up: record the files our operator maps (once), then its idle RSS 3 s later."""
+    from bench import operator_startup as startup  # noqa: PLC0415
+
+    def look(pid: int) -> None:
+        if not mapped and who == "ours":
+            mapped.extend(startup._mapped_files(pid))
+        time.sleep(3.0)
+        idle["ours" if who == "ours" else "anchor"].append(_proc_status(pid, "VmRSS"))
+
+    return look
+
+
+def _pools_rolled(api: Any, namespace: str, revisions: dict[str, str]) -> bool:
+    """Every pool reports ``revision`` current with all replicas Ready, and its members carry it."""
+    from pool_play import members_path, pool_path  # noqa: PLC0415
+
+    from uds_vm_operator.fleet import POOL_LABEL, REVISION_LABEL  # noqa: PLC0415
+
+    members = api.items(members_path(namespace))
+    by_pool: dict[str, list[dict[str, Any]]] = {}
+    for member in members:
+        by_pool.setdefault(member["metadata"]["labels"].get(POOL_LABEL, ""), []).append(member)
+    for pool, revision in revisions.items():
+        status = (api.get(pool_path(namespace, pool)) or {}).get("status") or {}
+        current = by_pool.get(pool, [])
+        if not (
+            status.get("currentRevision") == revision
+            and status.get("readyReplicas") == POOL_REPLICAS
+            and len(current) == POOL_REPLICAS
+            and all(m["metadata"]["labels"].get(REVISION_LABEL) == revision for m in current)
+        ):
+            return False
+    return True
+
+
+def _startup(kubeconfig: Path, calibration: dict[str, Any], results: dict[str, Any]) -> None:
+    from operator_harness import Api  # noqa: PLC0415
+
+    from bench import operator_startup as startup  # noqa: PLC0415
+    from controlplane import free_loopback_port  # noqa: PLC0415
+
+    api = Api(kubeconfig)
+    namespace = f"bench-anchor-start-{secrets.token_hex(3)}"
+    api.call("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}}, expect=(201,))
+    scratch = Path(tempfile.mkdtemp(prefix="bench-anchor-start-"))
+    prefix = scratch / "pycache"
+    roots = startup._interpreter_roots()
+    startup._compile_bytecode(prefix, roots)
+    names = [f"{kind}{who}{i}" for kind in ("warm", "cold", "up") for who in ("ours", "go") for i in range(9)]
+    rendered = write_rendered(scratch / "rendered", namespace, names, _vm, calibration)
+    anchor = AnchorProcess(kubeconfig, namespace, rendered, scratch / "logs", workers=WORKERS)
+    ours_argv = [
+        sys.executable,
+        "-m",
+        "uds_vm_operator.operator_main",
+        "run",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--namespace",
+        namespace,
+        "--standalone",
+        "--bind-address",
+        "127.0.0.1",
+        "--log-level",
+        "WARNING",
+    ]
+    samples: dict[str, list[float]] = {}
+    idle: dict[str, list[float]] = {"ours": [], "anchor": []}
+    loads: list[float] = []
+    mapped: list[Path] = []
+
+    def argv(who: str) -> list[str]:
+        if who == "go":
+            anchor.metrics_port = free_loopback_port()
+            return anchor.argv()
+        ports = ["--metrics-port", str(free_loopback_port()), "--health-port", str(free_loopback_port())]
+        return [*ours_argv, *ports]
+
+    def one(kind: str, who: str, index: int) -> float:
+        name = f"{kind}{who}{index}"
+        api.apply(
+            _vm(name, namespace), f"/apis/uds.dev/v1alpha1/namespaces/{namespace}/udsvirtualmachines/{name}"
+        )
+        env = startup._env("warm", scratch, prefix)
+        try:
+            return asyncio.run(
+                startup._first_status_after_start(
+                    kubeconfig, namespace, name, env, _idle_rss_probe(who, mapped, idle), argv=argv(who)
+                )
+            )
+        finally:
+            api.delete(f"/apis/uds.dev/v1alpha1/namespaces/{namespace}/udsvirtualmachines/{name}")
+
+    try:
+        one("up", "ours", 0)  # unmeasured: records the files the operator maps
+        one("up", "go", 0)
+        idle = {"ours": [], "anchor": []}
+        python_files = page_cache.regular_files([*roots, prefix, Path(sys.executable), *mapped])
+        for index in range(int(os.environ.get("BENCH_ANCHOR_STARTUP_REPEAT", STARTUP_REPEATS))):
+            for kind in ("warm", "cold"):
+                for who in ("ours", "go"):
+                    if kind == "cold":
+                        page_cache.evict(python_files if who == "ours" else [ANCHOR_BIN.resolve()])
+                    loads.append(_load())
+                    seconds = one(kind, who, index)
+                    samples.setdefault(f"{who}_{kind}", []).append(round(seconds, 3))
+                    print(f"start {who} {kind}: {seconds:.3f} s", file=sys.stderr, flush=True)
+    finally:
+        api.call("DELETE", f"/api/v1/namespaces/{namespace}", expect=(200, 202, 404))
+        api.close()
+    results["startup"] = {
+        "definition": "Popen → first status write of a waiting VM seen by a watch; ours: both controllers",
+        "median_s": {key: statistics.median(values) for key, values in samples.items()},
+        "samples_s": samples,
+        "idle_rss_mib_median": {who: statistics.median(v) for who, v in idle.items() if v},
+        "idle_rss_mib_samples": idle,
+        "load_1m": loads,
+    }
+    _save_partial(results)
+
+
+# --------------------------------------------------------------------------------------------- pools
+
+
+def _pools(kubeconfig: Path, results: dict[str, Any]) -> None:
+    from operator_harness import Api  # noqa: PLC0415
+    from pool_play import ReadinessPlayer, ReadyWatcher, pool_path, wait_until  # noqa: PLC0415
+
+    from bench.pool_rollout import _pool  # noqa: PLC0415
+    from bench.reconcile_scale import _namespace, _wait_no_terminating  # noqa: PLC0415
+    from uds_vm_operator.fleet import revision_hash  # noqa: PLC0415
+
+    api = Api(kubeconfig)
+    _wait_no_terminating(api, timeout_s=1800)
+    namespace = _namespace(api, "bench-pools")
+    scratch = Path(tempfile.mkdtemp(prefix="bench-anchor-pools-"))
+    operator = _Ours(kubeconfig, namespace, scratch)
+    pools = [f"pool{i:02d}" for i in range(POOLS)]
+    players = [
+        ReadinessPlayer(kubeconfig, namespace, pool, delay_s=POOL_READY_DELAY_S, poll_s=1.0) for pool in pools
+    ]
+
+    def manifest(pool: str, image: str) -> dict[str, Any]:
+        body = _pool(namespace, image, POOL_STRATEGY)
+        body["metadata"]["name"] = pool
+        body["spec"]["replicas"] = POOL_REPLICAS
+        return body
+
+    def rolled(revisions: dict[str, str]) -> bool:
+        return _pools_rolled(api, namespace, revisions)
+
+    watchers: list[Any] = []
+    load_before = _load()
+    try:
+        operator.start()
+        for player in players:
+            player.start()
+        for pool in pools:
+            api.create(manifest(pool, "image-a"), pool_path(namespace))
+        first = {
+            p: revision_hash((api.get(pool_path(namespace, p)) or {})["spec"]["template"]) for p in pools
+        }
+        started = time.perf_counter()
+        wait_until(lambda: rolled(first), 1800, "50 pools created and Ready", 2.0)
+        create_s = time.perf_counter() - started
+        watchers = [ReadyWatcher(kubeconfig, namespace, pool).start() for pool in pools]
+        started = time.perf_counter()
+        for pool in pools:
+            api.merge(
+                pool_path(namespace, pool),
+                {"spec": {"template": {"spec": {"source": {"dataSource": {"name": "image-b"}}}}}},
+            )
+        second = {
+            p: revision_hash((api.get(pool_path(namespace, p)) or {})["spec"]["template"]) for p in pools
+        }
+        wait_until(lambda: rolled(second), 1800, "50 pools rolled to the new template", 2.0)
+        roll_s = time.perf_counter() - started
+        peak = _proc_status(operator.pid, "VmHWM")
+        cpu = _cpu_s(operator.pid)
+    finally:
+        for watcher in watchers:
+            watcher.stop()
+        for player in players:
+            player.stop()
+        operator.stop()
+        api.call("DELETE", f"/api/v1/namespaces/{namespace}", expect=(200, 202, 404))
+        api.close()
+    min_ready = min(watcher.min_ready for watcher in watchers)
+    results["pools"] = {
+        "pools": POOLS,
+        "replicas": POOL_REPLICAS,
+        "strategy": POOL_STRATEGY,
+        "ready_delay_s": POOL_READY_DELAY_S,
+        "create_and_ready_s": round(create_s, 1),
+        "roll_s": round(roll_s, 1),
+        "peak_rss_mib": peak,
+        "cpu_s_total": cpu,
+        "min_ready_any_pool": min_ready,
+        "ready_floor": POOL_REPLICAS - POOL_STRATEGY["maxUnavailable"],
+        "floor_held": min_ready >= POOL_REPLICAS - POOL_STRATEGY["maxUnavailable"],
+        "max_members_any_pool": max(watcher.max_members for watcher in watchers),
+        "load_1m": {"before": load_before, "after": _load()},
+    }
+    _save_partial(results)
+
+
+def run() -> dict[str, Any]:
+    """Startup, fleet (floor / ours / anchor per N) and pools; becomes bench/results/fleet_anchor.json."""
+    if not ANCHOR_BIN.exists():
+        raise SystemExit(f"{ANCHOR_BIN} is missing: run `make go-anchor`")
+    sizes = [int(x) for x in os.environ.get("BENCH_ANCHOR_N", "").split(",") if x] or list(SIZES)
+    sections = [x for x in os.environ.get("BENCH_ANCHOR_SECTIONS", "").split(",") if x] or list(SECTIONS)
+    results: dict[str, Any] = {"workers": WORKERS, "sizes": sizes, "cpus": os.cpu_count()}
+    with _kubeconfig() as kubeconfig:
+        calibration = calibrate(kubeconfig, _vm, image_environment(os.environ))
+        results["calibration"] = {k: v for k, v in calibration.items() if k != "status"}
+        if "startup" in sections:
+            _startup(kubeconfig, calibration, results)
+        if "fleet" in sections:
+            _fleet(kubeconfig, sizes, calibration, results)
+        if "pools" in sections:
+            _pools(kubeconfig, results)
+    results["summary"] = _summary(results)
+    return results
+
+
+def _summary(results: dict[str, Any]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for n, entry in (results.get("fleet") or {}).items():
+        summary[n] = {
+            "floor_s": entry["floor"]["seconds"],
+            **{
+                label: {
+                    key: entry[label][key]
+                    for key in (
+                        "seconds",
+                        "ratio_to_floor",
+                        "peak_rss_mib",
+                        "cpu_s_converging",
+                        "api_requests_per_vm",
+                        "resync_writes",
+                    )
+                }
+                for label in ("ours", "anchor")
+                if label in entry
+            },
+            "ours_to_anchor_time": entry.get("ours_to_anchor_time"),
+        }
+    if "startup" in results:
+        summary["startup_median_s"] = results["startup"]["median_s"]
+        summary["idle_rss_mib"] = results["startup"]["idle_rss_mib_median"]
+    if "pools" in results:
+        pools = results["pools"]
+        summary["pools"] = {
+            k: pools[k] for k in ("roll_s", "peak_rss_mib", "min_ready_any_pool", "floor_held")
+        }
+    return summary
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(), indent=2))
