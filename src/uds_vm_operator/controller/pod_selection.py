@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from uds_vm_operator.render.exposure import LAUNCHER_LABELS
+
 
 def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
     """Kubernetes label-selector semantics (matchLabels AND every matchExpression; ``{}`` selects all).
@@ -44,9 +46,11 @@ def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, st
 
 
 def template_labels(virtual_machine: Mapping[str, Any]) -> dict[str, str]:
-    """The labels KubeVirt copies from a VirtualMachine to its VMI and virt-launcher pod."""
+    """The labels the VM's virt-launcher pod carries: those KubeVirt copies from the VM's template, plus
+    ``kubevirt.io: virt-launcher``, which virt-controller puts on every launcher pod itself (the rendered
+    policy selects it, so CDI's worker pods, which copy the DataVolume's labels, are not selected)."""
     template = (virtual_machine.get("spec") or {}).get("template") or {}
-    return dict((template.get("metadata") or {}).get("labels") or {})
+    return {**dict((template.get("metadata") or {}).get("labels") or {}), **LAUNCHER_LABELS}
 
 
 def policy_selects_vm(policy: Mapping[str, Any] | None, virtual_machine: Mapping[str, Any] | None) -> bool:
