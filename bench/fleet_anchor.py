@@ -284,6 +284,42 @@ def _fleet(kubeconfig: Path, sizes: list[int], calibration: dict[str, Any], resu
 # ------------------------------------------------------------------------------------------- startup
 
 
+def _idle_rss_probe(who: str, mapped: list[Path], idle: dict[str, list[float]]) -> Callable[[int], None]:
+    """After start-up: record the files our operator maps (once), then its idle RSS 3 s later."""
+    from bench import operator_startup as startup  # noqa: PLC0415
+
+    def look(pid: int) -> None:
+        if not mapped and who == "ours":
+            mapped.extend(startup._mapped_files(pid))
+        time.sleep(3.0)
+        idle["ours" if who == "ours" else "anchor"].append(_proc_status(pid, "VmRSS"))
+
+    return look
+
+
+def _pools_rolled(api: Any, namespace: str, revisions: dict[str, str]) -> bool:
+    """Every pool reports ``revision`` current with all replicas Ready, and its members carry it."""
+    from pool_play import members_path, pool_path  # noqa: PLC0415
+
+    from uds_vm_operator.fleet import POOL_LABEL, REVISION_LABEL  # noqa: PLC0415
+
+    members = api.items(members_path(namespace))
+    by_pool: dict[str, list[dict[str, Any]]] = {}
+    for member in members:
+        by_pool.setdefault(member["metadata"]["labels"].get(POOL_LABEL, ""), []).append(member)
+    for pool, revision in revisions.items():
+        status = (api.get(pool_path(namespace, pool)) or {}).get("status") or {}
+        current = by_pool.get(pool, [])
+        if not (
+            status.get("currentRevision") == revision
+            and status.get("readyReplicas") == POOL_REPLICAS
+            and len(current) == POOL_REPLICAS
+            and all(m["metadata"]["labels"].get(REVISION_LABEL) == revision for m in current)
+        ):
+            return False
+    return True
+
+
 def _startup(kubeconfig: Path, calibration: dict[str, Any], results: dict[str, Any]) -> None:
     from operator_harness import Api  # noqa: PLC0415
 
@@ -327,15 +363,6 @@ def _startup(kubeconfig: Path, calibration: dict[str, Any], results: dict[str, A
         ports = ["--metrics-port", str(free_loopback_port()), "--health-port", str(free_loopback_port())]
         return [*ours_argv, *ports]
 
-    def inspect(who: str) -> Callable[[int], None]:
-        def look(pid: int) -> None:
-            if not mapped and who == "ours":
-                mapped.extend(startup._mapped_files(pid))
-            time.sleep(3.0)
-            idle["ours" if who == "ours" else "anchor"].append(_proc_status(pid, "VmRSS"))
-
-        return look
-
     def one(kind: str, who: str, index: int) -> float:
         name = f"{kind}{who}{index}"
         api.apply(
@@ -345,7 +372,7 @@ def _startup(kubeconfig: Path, calibration: dict[str, Any], results: dict[str, A
         try:
             return asyncio.run(
                 startup._first_status_after_start(
-                    kubeconfig, namespace, name, env, inspect(who), argv=argv(who)
+                    kubeconfig, namespace, name, env, _idle_rss_probe(who, mapped, idle), argv=argv(who)
                 )
             )
         finally:
@@ -384,11 +411,11 @@ def _startup(kubeconfig: Path, calibration: dict[str, Any], results: dict[str, A
 
 def _pools(kubeconfig: Path, results: dict[str, Any]) -> None:
     from operator_harness import Api  # noqa: PLC0415
-    from pool_play import ReadinessPlayer, ReadyWatcher, members_path, pool_path, wait_until  # noqa: PLC0415
+    from pool_play import ReadinessPlayer, ReadyWatcher, pool_path, wait_until  # noqa: PLC0415
 
     from bench.pool_rollout import _pool  # noqa: PLC0415
     from bench.reconcile_scale import _namespace, _wait_no_terminating  # noqa: PLC0415
-    from uds_vm_operator.fleet import POOL_LABEL, REVISION_LABEL, revision_hash  # noqa: PLC0415
+    from uds_vm_operator.fleet import revision_hash  # noqa: PLC0415
 
     api = Api(kubeconfig)
     _wait_no_terminating(api, timeout_s=1800)
@@ -407,21 +434,7 @@ def _pools(kubeconfig: Path, results: dict[str, Any]) -> None:
         return body
 
     def rolled(revisions: dict[str, str]) -> bool:
-        members = api.items(members_path(namespace))
-        by_pool: dict[str, list[dict[str, Any]]] = {}
-        for member in members:
-            by_pool.setdefault(member["metadata"]["labels"].get(POOL_LABEL, ""), []).append(member)
-        for pool, revision in revisions.items():
-            status = (api.get(pool_path(namespace, pool)) or {}).get("status") or {}
-            current = by_pool.get(pool, [])
-            if not (
-                status.get("currentRevision") == revision
-                and status.get("readyReplicas") == POOL_REPLICAS
-                and len(current) == POOL_REPLICAS
-                and all(m["metadata"]["labels"].get(REVISION_LABEL) == revision for m in current)
-            ):
-                return False
-        return True
+        return _pools_rolled(api, namespace, revisions)
 
     watchers: list[Any] = []
     load_before = _load()

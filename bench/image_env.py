@@ -1,7 +1,7 @@
 """The operator's environment as the container image sets it, for benchmarks that start the operator.
 
 A developer shell (this machine's included) often exports ``SSL_CERT_FILE``/``SSL_CERT_DIR``; the image
-does not. With them set, ``controller/trust.py`` leaves the system CA bundle in every default SSL context
+does not. With them set, ``runtime/trust.py`` leaves the system CA bundle in every default SSL context
 (the user's choice wins), which costs ~2 MiB of RSS and ~30 ms of start-up the pod never pays.
 """
 

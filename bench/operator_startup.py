@@ -8,7 +8,7 @@ reconcile has finished and reached the API server. Nothing polls the operator.
 The operator runs in the image's environment: ``PYTHONDONTWRITEBYTECODE=1``, and no ``SSL_CERT_FILE`` /
 ``SSL_CERT_DIR`` (a developer shell often exports them; the image does not, and with them set the
 operator keeps loading the system CA bundle instead of trusting only the cluster CA, see
-``controller/trust.py``).
+``runtime/trust.py``).
 
 Bytecode "as the image has it": the image compiles the stdlib and its venv (``python -m compileall``, see
 the ``Dockerfile``). Here one fresh ``PYTHONPYCACHEPREFIX`` is filled the same way, by ``compileall`` over
@@ -120,7 +120,7 @@ async def _first_status_after_start(
     Go anchor, the same way).
     """
     from bench.reconcile_scale import watch_client  # noqa: PLC0415
-    from uds_vm_operator.controller import kube  # noqa: PLC0415
+    from uds_vm_operator.runtime import kube  # noqa: PLC0415
 
     http = watch_client(kubeconfig)
     written = asyncio.Event()

@@ -76,7 +76,7 @@ def watch_client(kubeconfig: str | Path) -> Any:
     import httpx2  # noqa: PLC0415
     from lightkube.config import client_adapter  # noqa: PLC0415
 
-    from uds_vm_operator.controller.kube import load_kubeconfig  # noqa: PLC0415
+    from uds_vm_operator.runtime.kube import load_kubeconfig  # noqa: PLC0415
 
     params = client_adapter.ConnectionParams(timeout=httpx2.Timeout(60.0), trust_env=False)
     return client_adapter.AsyncClient(load_kubeconfig(kubeconfig), params)
@@ -105,7 +105,7 @@ class Convergence:
         self._started: list[asyncio.Event] = []
 
     async def start(self) -> None:
-        from uds_vm_operator.controller import kube  # noqa: PLC0415
+        from uds_vm_operator.runtime import kube  # noqa: PLC0415
 
         paths = {kube.UDS_VM.path(self.namespace): self._on_vm}
         for path in self.expected:
@@ -160,8 +160,8 @@ class Convergence:
 
 def _expected_children(namespace: str, names: list[str]) -> dict[str, set[str]]:
     from uds_vm_operator.api import parse_vm_spec  # noqa: PLC0415
-    from uds_vm_operator.controller import kube  # noqa: PLC0415
     from uds_vm_operator.render import ClusterFacts, Owner, render_children  # noqa: PLC0415
+    from uds_vm_operator.runtime import kube  # noqa: PLC0415
 
     spec = parse_vm_spec(_vm("x", namespace)["spec"])
     expected: dict[str, set[str]] = {}
@@ -198,7 +198,7 @@ class Floor:
 
     async def serve(self, namespace: str) -> None:
         """Print ``ready`` once the watch is open, then converge every VM that appears, until killed."""
-        from uds_vm_operator.controller import kube  # noqa: PLC0415
+        from uds_vm_operator.runtime import kube  # noqa: PLC0415
 
         workers = [asyncio.create_task(self._worker()) for _ in range(WORKERS)]
         watcher = watch_client(self.kubeconfig)
@@ -220,9 +220,9 @@ class Floor:
 
     async def converge(self, vm: dict[str, Any]) -> None:
         from uds_vm_operator.api import parse_vm_spec  # noqa: PLC0415
-        from uds_vm_operator.controller import kube  # noqa: PLC0415
-        from uds_vm_operator.controller.events import build_event  # noqa: PLC0415
         from uds_vm_operator.render import ClusterFacts, Owner, render_children  # noqa: PLC0415
+        from uds_vm_operator.runtime import kube  # noqa: PLC0415
+        from uds_vm_operator.runtime.events import build_event  # noqa: PLC0415
 
         meta = vm["metadata"]
         owner = Owner(meta["name"], meta["namespace"], meta["uid"])
@@ -245,7 +245,7 @@ class Floor:
 
 
 def _floor_main(kubeconfig: str, namespace: str, status_json: str, with_event: str) -> None:
-    from uds_vm_operator.controller import kube  # noqa: PLC0415
+    from uds_vm_operator.runtime import kube  # noqa: PLC0415
 
     async def go() -> None:
         api = kube.KubeApi.from_kubeconfig(kubeconfig, timeout_s=60)
@@ -274,7 +274,7 @@ def _wait_no_terminating(api: Any, timeout_s: float = 300) -> None:
 
 async def _timed(kubeconfig: Path, namespace: str, names: list[str]) -> tuple[float, Any]:
     """Apply N VMs; seconds until every child exists and every status is written (seen by watches)."""
-    from uds_vm_operator.controller import kube  # noqa: PLC0415
+    from uds_vm_operator.runtime import kube  # noqa: PLC0415
 
     api = kube.KubeApi.from_kubeconfig(kubeconfig, timeout_s=60)
     api.field_manager = USER_MANAGER

@@ -14,6 +14,7 @@ import random
 import shutil
 import subprocess
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,22 @@ def reference_images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Case
     add("raw-3MiB+7", "odd.raw", content=True)
     add("raw-1GiB+512", "big.raw", content=True)
 
+    _qcow2_cases(d, base, odd, add)
+
+    _vmdk_vhdx_vpc_cases(d, base, odd, add)
+
+    _iso_case(d, add)
+
+    _wrapper_cases(d, base, odd, add)
+    os.sync()
+    return {case.name: case for case in cases}
+
+
+Add = Callable[..., None]
+
+
+def _qcow2_cases(d: Path, base: Path, odd: Path, add: Add) -> None:
+    """qcow2 v2/v3, odd sizes, zlib/zstd clusters, extended L2, sparse 1 GiB, backing and data files."""
     qemu_img("convert", "-O", "qcow2", "-o", "compat=0.10", base, d / "v2.qcow2")
     add("qcow2-v2", "v2.qcow2", content=True)
     qemu_img("convert", "-O", "qcow2", base, d / "v3.qcow2")
@@ -147,6 +164,9 @@ def reference_images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Case
     qemu_img("create", "-f", "qcow2", "-o", f"data_file={d / 'ext.data'}", d / "datafile.qcow2", "10M")
     add("qcow2-data-file", "datafile.qcow2", violation=True, extra={"ref": str(d / "ext.data")})
 
+
+def _vmdk_vhdx_vpc_cases(d: Path, base: Path, odd: Path, add: Add) -> None:
+    """Every vmdk subformat qemu-img writes, dynamic/fixed vhdx and vpc (with and without force_size)."""
     qemu_img("convert", "-O", "vmdk", base, d / "sparse.vmdk")
     add("vmdk-monolithicSparse", "sparse.vmdk")
     qemu_img("convert", "-O", "vmdk", "-o", "subformat=streamOptimized", base, d / "stream.vmdk")
@@ -169,6 +189,9 @@ def reference_images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Case
     qemu_img("convert", "-O", "vpc", "-o", "force_size=on", odd, d / "forced.vhd")
     add("vpc-force-size", "forced.vhd", qemu_format="vpc")
 
+
+def _iso_case(d: Path, add: Add) -> None:
+    """An ISO 9660 medium made by xorriso, read as raw."""
     (d / "iso-root").mkdir()
     (d / "iso-root" / "README.TXT").write_bytes(semi_random(300_000, 4))
     subprocess.run(
@@ -187,6 +210,9 @@ def reference_images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Case
     )
     add("iso", "media.iso", qemu_format="raw", content=True, extra={"label": "UDS_TEST_MEDIA"})
 
+
+def _wrapper_cases(d: Path, base: Path, odd: Path, add: Add) -> None:
+    """gzip/xz/zstd/tar/ova wrappers around images made above."""
     (d / "base.raw.gz").write_bytes(gzip.compress(base.read_bytes(), 6))
     add("gzip-raw", "base.raw.gz", qemu_path=base, content=True)
     (d / "odd.raw.xz").write_bytes(lzma.compress(odd.read_bytes()))
@@ -210,5 +236,3 @@ def reference_images(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Case
         compress=True,
     )
     add("ova-gzip-vmdk", "appliance-vmdk.ova.gz", qemu_path=d / "stream.vmdk")
-    os.sync()
-    return {case.name: case for case in cases}

@@ -26,7 +26,7 @@ from lightkube.config import client_adapter
 
 from controlplane import free_loopback_port
 from kube_helpers import wait_for
-from uds_vm_operator.controller.kube import load_kubeconfig
+from uds_vm_operator.runtime.kube import load_kubeconfig
 
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION", "CREATE", "UPDATE"})
 OPERATOR_RESOURCES = frozenset(

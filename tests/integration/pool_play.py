@@ -19,8 +19,8 @@ from typing import Any
 import httpx2
 from lightkube.config import client_adapter
 
-from uds_vm_operator.controller.kube import load_kubeconfig
 from uds_vm_operator.fleet import POOL_LABEL, REVISION_LABEL
+from uds_vm_operator.runtime.kube import load_kubeconfig
 
 MERGE = "application/merge-patch+json"
 TEST_MANAGER = "uds-vm-operator-tests"

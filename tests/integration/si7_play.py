@@ -23,7 +23,7 @@ from operator_fixtures import core_path, dv_path, kv_path, play_cdi, status_of, 
 from operator_harness import Api
 
 from kube_helpers import wait_for
-from uds_vm_operator.controller.kube import load_kubeconfig
+from uds_vm_operator.runtime.kube import load_kubeconfig
 
 VIRTUAL_SIZE = 10 * 1024 * 1024
 OPERATOR_IMAGE = "registry.local/uds-vm-operator:test"

@@ -12,8 +12,8 @@ from typing import Any
 from operator_fixtures import api
 from operator_harness import Api
 
-from uds_vm_operator.controller import kube
-from uds_vm_operator.controller.api_presence import served_kinds, wait_for_change
+from uds_vm_operator.runtime import kube
+from uds_vm_operator.runtime.api_presence import served_kinds, wait_for_change
 
 __all__ = ["api"]  # fixture used by name
 

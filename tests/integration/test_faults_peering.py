@@ -15,7 +15,7 @@ from operator_fixtures import api, udsvm, vm_path, wait_phase
 from operator_harness import Api, OperatorProcess
 
 from kube_helpers import wait_for
-from uds_vm_operator.controller.peering import DEFAULT_LIFETIME_S
+from uds_vm_operator.runtime.peering import DEFAULT_LIFETIME_S
 
 __all__ = ["api"]  # fixture used by name
 

@@ -36,41 +36,16 @@ def qcow2(
     l2_entries = cluster // entry_size
     assert size <= l2_entries * cluster, "builder supports one L2 table"
     incompatible = (4 if data_file_bit else 0) | (16 if extended_l2 else 0) | (8 if compression_type else 0)
-    header_length = 112 if version == 3 else 72
-    header = bytearray(cluster)
-    l1_offset = cluster
-    l2_offset = 2 * cluster
-    struct.pack_into(
-        ">4sIQIIQIIQQIIQ",
-        header,
-        0,
-        b"QFI\xfb",
-        version,
-        0,
-        0,
-        cluster_bits,
-        size,
-        0,
-        1,
-        l1_offset,
-        0,
-        0,
-        0,
-        0,
+    header = _qcow2_header(
+        cluster_bits=cluster_bits,
+        size=size,
+        version=version,
+        incompatible=incompatible,
+        compression_type=compression_type,
+        backing=backing,
+        data_file=data_file,
     )
-    if version == 3:
-        struct.pack_into(">QQQII", header, 72, incompatible, 0, 0, 4, header_length)
-        header[104] = compression_type
-    ext_at = header_length
-    if data_file is not None:
-        struct.pack_into(">II", header, ext_at, 0x44415441, len(data_file))
-        header[ext_at + 8 : ext_at + 8 + len(data_file)] = data_file
-        ext_at += 8 + (len(data_file) + 7) // 8 * 8
-    struct.pack_into(">II", header, ext_at, 0, 0)
-    if backing is not None:
-        at = ext_at + 16
-        struct.pack_into(">QI", header, 8, at, len(backing))
-        header[at : at + len(backing)] = backing
+    l2_offset = 2 * cluster
     body = bytearray(header)
     l1 = bytearray(cluster)
     l2 = bytearray(cluster)
@@ -113,6 +88,54 @@ def qcow2(
             struct.pack_into(">Q", l2, index * entry_size + 8, bitmap)
     struct.pack_into(">Q", l1, 0, l2_offset | (1 << 63))
     return bytes(body + l1 + l2 + payload)
+
+
+def _qcow2_header(
+    *,
+    cluster_bits: int,
+    size: int,
+    version: int,
+    incompatible: int,
+    compression_type: int,
+    backing: bytes | None,
+    data_file: bytes | None,
+) -> bytearray:
+    """The header cluster: fixed fields, the v3 extension, a data-file extension, the backing name."""
+    header_length = 112 if version == 3 else 72
+    header = bytearray(1 << cluster_bits)
+    l1_offset = 1 << cluster_bits
+    struct.pack_into(
+        ">4sIQIIQIIQQIIQ",
+        header,
+        0,
+        b"QFI\xfb",
+        version,
+        0,
+        0,
+        cluster_bits,
+        size,
+        0,
+        1,
+        l1_offset,
+        0,
+        0,
+        0,
+        0,
+    )
+    if version == 3:
+        struct.pack_into(">QQQII", header, 72, incompatible, 0, 0, 4, header_length)
+        header[104] = compression_type
+    ext_at = header_length
+    if data_file is not None:
+        struct.pack_into(">II", header, ext_at, 0x44415441, len(data_file))
+        header[ext_at + 8 : ext_at + 8 + len(data_file)] = data_file
+        ext_at += 8 + (len(data_file) + 7) // 8 * 8
+    struct.pack_into(">II", header, ext_at, 0, 0)
+    if backing is not None:
+        at = ext_at + 16
+        struct.pack_into(">QI", header, 8, at, len(backing))
+        header[at : at + len(backing)] = backing
+    return header
 
 
 # ------------------------------------------------------------------------------------------------- vpc

@@ -13,14 +13,19 @@ import pytest
 import yaml
 from kopf._core.reactor.inventory import ResourceMemories
 
-from uds_vm_operator.controller import kube
-from uds_vm_operator.controller.api_presence import describe_change, discovery_path, wait_for_change
-from uds_vm_operator.controller.errors import KubeUnreachableError
 from uds_vm_operator.controller.handlers import configure_settings, needs_cluster_scanning
-from uds_vm_operator.controller.kopf_diffbase import NoDiffBase, use_no_diffbase_if_event_only
-from uds_vm_operator.controller.kopf_memory import EphemeralMemories, memories_for
-from uds_vm_operator.controller.memory import shrink_tls_read_buffers
-from uds_vm_operator.controller.trust import restrict_default_trust
+from uds_vm_operator.runtime import kube
+from uds_vm_operator.runtime.api_presence import describe_change, wait_for_change
+from uds_vm_operator.runtime.errors import KubeUnreachableError
+from uds_vm_operator.runtime.kopf_integration import (
+    EphemeralMemories,
+    NoDiffBase,
+    memories_for,
+    use_no_diffbase_if_event_only,
+)
+from uds_vm_operator.runtime.kube import discovery_path
+from uds_vm_operator.runtime.memory import shrink_tls_read_buffers
+from uds_vm_operator.runtime.trust import restrict_default_trust
 
 
 def kubeconfig(tmp_path: Path, cluster: dict[str, Any]) -> str:
@@ -147,7 +152,7 @@ class DiscoveryScript:
         self.script = script
         self.checks = 0
 
-    async def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
+    async def discover(self, api_version: str) -> dict[str, Any]:
         served = self.script[min(self.checks, len(self.script) - 1)]
         self.checks += 1
         if served is None:

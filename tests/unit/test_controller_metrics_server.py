@@ -6,8 +6,8 @@ import asyncio
 
 from prometheus_client import generate_latest
 
-from uds_vm_operator.controller.metrics_server import CONTENT_TYPE, start_metrics_server
 from uds_vm_operator.metrics import OperatorMetrics
+from uds_vm_operator.runtime.metrics_server import CONTENT_TYPE, start_metrics_server
 
 
 async def fetch(port: int, path: str) -> bytes:

@@ -9,12 +9,12 @@ from typing import Any
 import httpx2
 
 from uds_vm_operator.cli.inventory import human_age, inventory_row
-from uds_vm_operator.controller.events import build_event, transition_event
 from uds_vm_operator.controller.facts import FactsCache, cdi_supports_http_checksum
-from uds_vm_operator.controller.health import probe_status
-from uds_vm_operator.controller.kube import DATA_VOLUME, SECRET, UDS_VM, KubeApi
-from uds_vm_operator.controller.logsetup import redact
-from uds_vm_operator.controller.store import ObjectStore
+from uds_vm_operator.runtime.events import build_event, transition_event
+from uds_vm_operator.runtime.health import probe_status
+from uds_vm_operator.runtime.kube import DATA_VOLUME, SECRET, UDS_VM, KubeApi
+from uds_vm_operator.runtime.logsetup import redact
+from uds_vm_operator.runtime.store import ObjectStore
 
 
 def dv_crd(http_properties: dict[str, Any], version: str = "v1beta1") -> dict[str, Any]:

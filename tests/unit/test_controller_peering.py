@@ -14,12 +14,12 @@ import kopf
 import pytest
 import yaml
 
-from uds_vm_operator.controller.peering import (
+from uds_vm_operator.operator_main import build_parser
+from uds_vm_operator.runtime.peering import (
     DEFAULT_LIFETIME_S,
     apply_peering_settings,
     automatic_priority,
 )
-from uds_vm_operator.operator_main import build_parser
 
 
 def test_automatic_priorities_differ_between_replicas_started_in_the_same_second() -> None:

@@ -22,6 +22,7 @@ from uds_vm_operator.controller.platform import (
     vm_state_storage_class,
 )
 from uds_vm_operator.render import Owner
+from uds_vm_operator.runtime.workqueue import KeyedWorkQueue
 
 SHA = "sha256:" + "a" * 64
 
@@ -245,17 +246,23 @@ def test_blocked_source_withholds_only_a_root_datavolume_that_does_not_exist_yet
 
 
 def test_a_blocked_vm_has_at_most_one_pending_recheck() -> None:
-
+    """The platform's re-check goes through the controller's one requeue mechanism (the work queue)."""
     fired: list[tuple[str, str]] = []
 
     async def scenario() -> None:
-        platform = Platform(api=None, ttl_s=1)  # type: ignore[arg-type]
+        async def process(key: tuple[str, str]) -> None:
+            fired.append(key)
+
+        queue: KeyedWorkQueue[tuple[str, str]] = KeyedWorkQueue(process, workers=1, name="test")
+        runner = asyncio.create_task(queue.run())
         for _ in range(5):
-            platform.requeue_later(("ns", "vm"), 0.01, lambda ns, name: fired.append((ns, name)))
-        platform.requeue_later(("ns", "other"), None, lambda ns, name: fired.append((ns, name)))
+            queue.enqueue_after(("ns", "vm"), 0.01)
+        assert queue.pending_wakeups() == 1
         await asyncio.sleep(0.1)
-        platform.requeue_later(("ns", "vm"), 0.01, lambda ns, name: fired.append((ns, name)))
+        queue.enqueue_after(("ns", "vm"), 0.01)
         await asyncio.sleep(0.1)
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
 
     asyncio.run(scenario())
     assert fired == [("ns", "vm"), ("ns", "vm")]

@@ -11,7 +11,6 @@ import copy
 from typing import Any
 
 from uds_vm_operator.api import parse_vm_spec
-from uds_vm_operator.controller.errors import KubeApiError
 from uds_vm_operator.controller.platform import PackageOutcome, Platform
 from uds_vm_operator.controller.udspackage_sync import (
     PackageSync,
@@ -21,6 +20,7 @@ from uds_vm_operator.controller.udspackage_sync import (
     tagged_vms,
 )
 from uds_vm_operator.render import Owner, vm_package_rules
+from uds_vm_operator.runtime.errors import KubeApiError
 
 NS = "apps"
 
@@ -70,20 +70,18 @@ class MemoryApi:
         self.writes.append(f"patch {name}")
         return copy.deepcopy(current)
 
-    async def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        name = path.rsplit("/", 1)[-1]
-        if method == "POST":
-            body = copy.deepcopy(kwargs["body"])
-            body["metadata"]["uid"] = "uid-" + body["metadata"]["name"]
-            self._bump(body)
-            self.packages[body["metadata"]["name"]] = body
-            self.writes.append(f"create {body['metadata']['name']}")
-            return body
-        assert method == "DELETE"
-        assert (
-            kwargs["body"]["preconditions"]["resourceVersion"]
-            == self.packages[name]["metadata"]["resourceVersion"]
-        )
+    async def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        body = copy.deepcopy(manifest)
+        body["metadata"]["uid"] = "uid-" + body["metadata"]["name"]
+        self._bump(body)
+        self.packages[body["metadata"]["name"]] = body
+        self.writes.append(f"create {body['metadata']['name']}")
+        return body
+
+    async def delete(
+        self, kind: Any, namespace: str | None, name: str, *, resource_version: str | None = None, **_: Any
+    ) -> dict[str, Any]:
+        assert resource_version == self.packages[name]["metadata"]["resourceVersion"]
         del self.packages[name]
         self.writes.append(f"delete {name}")
         return {}

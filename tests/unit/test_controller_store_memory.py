@@ -8,8 +8,8 @@ import json
 import sys
 from typing import Any
 
-from uds_vm_operator.controller.kube import DATA_VOLUME, NETWORK_POLICY
-from uds_vm_operator.controller.store import ObjectStore
+from uds_vm_operator.runtime.kube import DATA_VOLUME, NETWORK_POLICY
+from uds_vm_operator.runtime.store import ObjectStore
 
 
 def datavolume(version: str, **extra: Any) -> dict[str, Any]:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from uds_vm_operator.controller.errors import KubeConfigError
-from uds_vm_operator.controller.transport import AiohttpClient, connection_info, needs_exec_plugin
+from uds_vm_operator.runtime.errors import KubeConfigError
+from uds_vm_operator.runtime.transport import AiohttpClient, connection_info, needs_exec_plugin
 
 
 def kubeconfig(tmp_path: Path, user: dict[str, object]) -> Path:

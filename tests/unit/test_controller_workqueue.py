@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from uds_vm_operator.controller.errors import KubeApiError
-from uds_vm_operator.controller.workqueue import MAX_BACKOFF_S, Backoff, KeyedWorkQueue
+from uds_vm_operator.runtime.errors import KubeApiError
+from uds_vm_operator.runtime.workqueue import MAX_BACKOFF_S, Backoff, KeyedWorkQueue
 
 
 def test_duplicates_collapse_and_a_key_enqueued_while_running_runs_once_more() -> None:
@@ -58,3 +58,30 @@ def test_an_error_that_cannot_heal_waits_the_long_delay() -> None:
     assert backoff.failed("k", invalid) == 300.0
     conflict = KubeApiError(409, "Conflict", "try again", what="apply DataVolume web-dv")
     assert backoff.failed("j", conflict) == 0.5
+
+
+def test_enqueue_after_keeps_the_earliest_wake_up_per_key() -> None:
+    seen: list[str] = []
+
+    async def scenario() -> None:
+        async def process(key: str) -> None:
+            seen.append(key)
+
+        queue: KeyedWorkQueue[str] = KeyedWorkQueue(process, workers=1, name="test")
+        runner = asyncio.create_task(queue.run())
+        queue.enqueue_after("a", 30.0)
+        queue.enqueue_after("a", 0.01)  # earlier: replaces the 30 s wake-up
+        queue.enqueue_after("a", 60.0)  # later: changes nothing
+        queue.enqueue_after("b", 30.0)
+        queue.cancel_wakeup("b")
+        assert queue.pending_wakeups() == 1
+        for _ in range(100):
+            if seen:
+                break
+            await asyncio.sleep(0.01)
+        assert queue.pending_wakeups() == 0
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+
+    asyncio.run(scenario())
+    assert seen == ["a"]

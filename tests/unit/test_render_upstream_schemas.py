@@ -118,22 +118,29 @@ def schema_violations(value: Any, schema: dict[str, Any], path: str = "") -> lis
     if "enum" in schema and value not in schema["enum"]:
         problems.append(f"{path}: {value!r} not in {schema['enum']}")
     if isinstance(value, dict) and (kind == "object" or "properties" in schema):
-        properties = schema.get("properties", {})
-        extra = schema.get("additionalProperties")
-        preserve = schema.get("x-kubernetes-preserve-unknown-fields", False)
-        for key, item in value.items():
-            if key in properties:
-                problems += schema_violations(item, properties[key], f"{path}.{key}")
-            elif isinstance(extra, dict):
-                problems += schema_violations(item, extra, f"{path}.{key}")
-            elif not preserve and path != ".metadata":
-                problems.append(f"{path}.{key}: unknown field")
-        for key in schema.get("required", []):
-            if key not in value:
-                problems.append(f"{path}.{key}: required")
+        problems += _object_violations(value, schema, path)
     if isinstance(value, list) and "items" in schema:
         for index, item in enumerate(value):
             problems += schema_violations(item, schema["items"], f"{path}[{index}]")
+    return problems
+
+
+def _object_violations(value: dict[str, Any], schema: dict[str, Any], path: str) -> list[str]:
+    """Unknown, mistyped and missing fields of one object."""
+    problems: list[str] = []
+    properties = schema.get("properties", {})
+    extra = schema.get("additionalProperties")
+    preserve = schema.get("x-kubernetes-preserve-unknown-fields", False)
+    for key, item in value.items():
+        if key in properties:
+            problems += schema_violations(item, properties[key], f"{path}.{key}")
+        elif isinstance(extra, dict):
+            problems += schema_violations(item, extra, f"{path}.{key}")
+        elif not preserve and path != ".metadata":
+            problems.append(f"{path}.{key}: unknown field")
+    for key in schema.get("required", []):
+        if key not in value:
+            problems.append(f"{path}.{key}: required")
     return problems
 
 

@@ -595,6 +595,29 @@ def _new_run_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="uds-envtest-"))
 
 
+def _relauncher(
+    plane: ControlPlane,
+    env: dict[str, str],
+    *,
+    tie_to_parent: bool,
+    name: str,
+    argv: list[str],
+    probe: Callable[[], bool],
+) -> Callable[[], None]:
+    """A function that starts ``name`` again with the same arguments and waits until ``probe`` holds."""
+
+    def relaunch() -> None:
+        log = plane.layout.log_dir / f"{name}.log"
+        handle, record = spawn(name, argv, log, env, tie_to_parent=tie_to_parent)
+        index = next(i for i, r in enumerate(plane.records) if r.name == name)
+        plane.records[index] = record
+        plane._handles[record.pid] = handle
+        plane._save()
+        _wait(name, probe, record, log)
+
+    return relaunch
+
+
 def _start_once(
     state_dir: Path, crds: Sequence[dict[str, Any]], tie_to_parent: bool, node_address: str | None
 ) -> ControlPlane:
@@ -619,16 +642,7 @@ def _start_once(
             return record, log
 
         def relauncher(name: str, argv: list[str], probe: Callable[[], bool]) -> Callable[[], None]:
-            def relaunch() -> None:
-                log = layout.log_dir / f"{name}.log"
-                handle, record = spawn(name, argv, log, env, tie_to_parent=tie_to_parent)
-                index = next(i for i, r in enumerate(plane.records) if r.name == name)
-                plane.records[index] = record
-                plane._handles[record.pid] = handle
-                plane._save()
-                _wait(name, probe, record, log)
-
-            return relaunch
+            return _relauncher(plane, env, tie_to_parent=tie_to_parent, name=name, argv=argv, probe=probe)
 
         phase = time.monotonic()
         etcd_argv = _etcd_argv(binaries, layout, etcd_port, peer_port)

@@ -115,15 +115,26 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
         return _resolve(merged, defs)
     if node.get("x-kubernetes-int-or-string"):
         return _int_or_string(node)
+    unwrapped = _without_union(node, defs)
+    if unwrapped is not None:
+        return _resolve(unwrapped, defs)
+    return _structural_node(node, defs)
+
+
+def _without_union(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any] | None:
+    """``Optional[X]`` (anyOf X | null) and a lone ``allOf`` as the one schema they stand for, else None."""
     if "anyOf" in node:
         options = [option for option in node.pop("anyOf") if option.get("type") != "null"]
         if len(options) != 1:
             raise SchemaError(f"union without a structural form: {options}")
-        merged = {**_resolve(options[0], defs), **{k: v for k, v in node.items() if k != "default"}}
-        return _resolve(merged, defs)
+        return {**_resolve(options[0], defs), **{k: v for k, v in node.items() if k != "default"}}
     if "allOf" in node and len(node["allOf"]) == 1:
-        merged = {**node.pop("allOf")[0], **node}
-        return _resolve(merged, defs)
+        return {**node.pop("allOf")[0], **node}
+    return None
+
+
+def _structural_node(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """A node without references or unions: keep what Kubernetes understands, resolve what it nests."""
     if "const" in node:
         node["enum"] = [node.pop("const")]
     out: dict[str, Any] = {}

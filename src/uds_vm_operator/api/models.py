@@ -18,9 +18,10 @@ from pydantic.alias_generators import to_camel
 
 from uds_vm_operator.api.errors import SpecError
 from uds_vm_operator.api.quantity import QUANTITY_PATTERN, parse_bytes
+from uds_vm_operator.apiversions import UDS_GROUP, UDS_VERSION
 
-API_GROUP = "uds.dev"
-API_VERSION = "v1alpha1"
+API_GROUP = UDS_GROUP
+API_VERSION = UDS_VERSION
 VM_KIND = "UDSVirtualMachine"
 VM_PLURAL = "udsvirtualmachines"
 VM_SINGULAR = "udsvirtualmachine"

@@ -59,7 +59,7 @@ LIBRARY_FAILURES: tuple[tuple[str, str, int], ...] = (
     ("uds_vm_operator.images.errors", "ImageError", EXIT_CHECK_FAILED),
     ("uds_vm_operator.verify.errors", "VerifyError", EXIT_CHECK_FAILED),
     ("uds_vm_operator.compliance.errors", "ComplianceError", EXIT_USAGE),
-    ("uds_vm_operator.controller.errors", "KubeConfigError", EXIT_USAGE),
+    ("uds_vm_operator.runtime.errors", "KubeConfigError", EXIT_USAGE),
 )
 """Errors of library packages whose message is already written for the user: (module, class, exit code).
 

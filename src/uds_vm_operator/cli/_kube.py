@@ -65,7 +65,7 @@ class ClusterConfig:
 
 def load_cluster_config(kubeconfig: str | Path | None) -> ClusterConfig:
     """Check and load ``kubeconfig`` (or $KUBECONFIG, ~/.kube/config, in-cluster); exit 2 when unusable."""
-    from uds_vm_operator.controller.kube import load_kubeconfig  # noqa: PLC0415 (lazy: keeps start-up fast)
+    from uds_vm_operator.runtime.kube import load_kubeconfig  # noqa: PLC0415 (lazy: keeps start-up fast)
 
     path = resolve_kubeconfig(kubeconfig)
     if path is not None:

@@ -8,7 +8,7 @@ file, the entry, what is wrong and how to fix it. The rules mirror what lightkub
 strict about types, and it converts every entry, not only the current one), plus what only fails later
 at connect time: the server URL, the certificate data, the files the kubeconfig points at.
 
-The controller's reader (:mod:`uds_vm_operator.controller.kubeconfig`) serves the operator, which runs
+The controller's reader (:mod:`uds_vm_operator.runtime.kubeconfig`) serves the operator, which runs
 from a known, generated kubeconfig; it reports any defect as one generic message and treats a missing
 user as anonymous. This module is the CLI's stricter, more talkative check; it imports only PyYAML.
 """

@@ -15,13 +15,14 @@ from typing import Any
 
 import typer
 
+from uds_vm_operator.apiversions import UDS_API_VERSION
 from uds_vm_operator.cli._errors import UsageError
 from uds_vm_operator.cli._kube import CliKubeError, KubeClient
 
 POOL_LABEL = "uds.dev/pool"
 """The label the pool controller puts on its members (``fleet.members.POOL_LABEL``; copied, not imported,
 because importing ``fleet`` pulls in pydantic and costs ~0.1 s of CLI start-up; a unit test pins them)."""
-POOL_API_VERSION = "uds.dev/v1alpha1"
+POOL_API_VERSION = UDS_API_VERSION
 POOL_KIND = "UDSVirtualMachinePool"
 POOL_PLURAL = "udsvirtualmachinepools"
 
@@ -210,7 +211,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _list_vms(client: KubeClient, namespace: str | None, now: datetime) -> list[dict[str, Any]]:
-    from uds_vm_operator.controller.kube import UDS_VM  # noqa: PLC0415 (lazy: keeps start-up fast)
+    from uds_vm_operator.runtime.kube import UDS_VM  # noqa: PLC0415 (lazy: keeps start-up fast)
 
     listing = client.request("GET", UDS_VM.path(namespace), what="listing UDSVirtualMachines")
     if listing is None:
@@ -225,7 +226,7 @@ def _list_pools(
 ) -> list[dict[str, Any]]:
     """Pool rows; when pools are only the table's extra (``required=False``), a cluster without the pool
     CRD or a user without the right to list pools still gets the VM table, with a warning on stderr."""
-    from uds_vm_operator.controller.kube import Kind  # noqa: PLC0415 (lazy: keeps start-up fast)
+    from uds_vm_operator.runtime.kube import Kind  # noqa: PLC0415 (lazy: keeps start-up fast)
 
     path = Kind(POOL_API_VERSION, POOL_KIND, POOL_PLURAL).path(namespace)
     try:

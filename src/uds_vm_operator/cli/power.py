@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _power(client: KubeClient, action: PowerAction, name: str, namespace: str) -> str:
-    from uds_vm_operator.controller.kube import MERGE_CONTENT_TYPE, UDS_VM, VIRTUAL_MACHINE  # noqa: PLC0415 (lazy: keeps start-up fast)
+    from uds_vm_operator.runtime.kube import MERGE_CONTENT_TYPE, UDS_VM, VIRTUAL_MACHINE  # noqa: PLC0415 (lazy: keeps start-up fast)
 
     path = UDS_VM.path(namespace, name)
     vm = client.request("GET", path, what=f"reading UDSVirtualMachine {namespace}/{name}")

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from uds_vm_operator import MANAGED_BY_LABEL
+from uds_vm_operator.apiversions import CDI_API_VERSION, UDS_API_VERSION
 
 RECORD_SCHEMA_VERSION = 1
 RECORD_KIND = "UDSImageRecord"
 RECORD_KEY = "image-record.json"
 RECORD_LABEL = "uds.dev/image-record"
-UDSVM_API_VERSION = "uds.dev/v1alpha1"
-CDI_API_VERSION = "cdi.kubevirt.io/v1beta1"
+UDSVM_API_VERSION = UDS_API_VERSION
 # Same defaults as render/datavolume.py (not imported: it pulls the pydantic models into `prep`'s start-up).
 GOLDEN_ACCESS_MODES = ("ReadWriteOnce",)
 GOLDEN_VOLUME_MODE = "Filesystem"

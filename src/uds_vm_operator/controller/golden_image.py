@@ -28,16 +28,17 @@ from typing import Any
 
 from uds_vm_operator import MANAGED_BY_LABEL
 from uds_vm_operator.api.models import GoldenImage, UDSVirtualMachineSpec
-from uds_vm_operator.api.quantity import parse_bytes
-from uds_vm_operator.controller import kube
-from uds_vm_operator.render.common import Owner, child_labels, system_dv_name
-from uds_vm_operator.render.datavolume import BIND_IMMEDIATE_ANNOTATION, root_access_modes
+from uds_vm_operator.render.common import Owner
+from uds_vm_operator.render.goldenimage import (
+    GOLDEN_LABEL,
+    GOLDEN_VERSION_LABEL,
+    render_clone_datavolume,
+    render_data_source,
+    version_name,
+)
 from uds_vm_operator.render.sysprep import sysprep_mode
-from uds_vm_operator.sizing import pvc_size
+from uds_vm_operator.runtime import kube
 
-GOLDEN_LABEL = "uds.dev/golden-image"
-"""On clone DataVolumes and the DataSource: which golden image they belong to."""
-GOLDEN_VERSION_LABEL = "uds.dev/golden-image-version"
 FACTORY_RUN_STRATEGY = "RerunOnFailure"
 """Restart only on failure: the guest's sysprep shutdown must stay a shutdown."""
 HOLD = "Halted"
@@ -45,15 +46,9 @@ STARTED_STATES = frozenset({"Starting", "Running", "Stopping", "Paused", "Migrat
 """printableStatus values that prove the build VM ran (it is ``Stopped`` before its first start too)."""
 STOPPED = "Stopped"
 CLONE_DONE = "Succeeded"
-CDI_API_VERSION = "cdi.kubevirt.io/v1beta1"
 
 Observe = Callable[[kube.Kind, str, str], Awaitable[dict[str, Any] | None]]
 Emit = Callable[[str, str, str], Awaitable[bool]]
-
-
-def version_name(golden_name: str, version: int) -> str:
-    """``<golden>-v<version>``: the clone DataVolume (and PVC) holding one published version."""
-    return f"{golden_name}-v{version}"
 
 
 @dataclass(frozen=True)
@@ -72,67 +67,6 @@ class GoldenImagePlan:
 
 
 # ------------------------------------------------------------------------------------------- rendering
-
-
-def _golden_labels(owner: Owner, golden: GoldenImage, version: int | None = None) -> dict[str, str]:
-    labels = child_labels(owner, {GOLDEN_LABEL: golden.name})
-    if version is not None:
-        labels[GOLDEN_VERSION_LABEL] = str(version)
-    return labels
-
-
-def render_clone_datavolume(owner: Owner, spec: UDSVirtualMachineSpec, golden: GoldenImage) -> dict[str, Any]:
-    """The clone ``<golden>-v<version>`` of the build VM's system disk.
-
-    Sized exactly like the system disk (a clone may not be smaller than its source, and an explicit size
-    does not depend on CDI's size inference). No ownerReference: deleting the build VM must not take the
-    published image with it. ``uds.dev/vm`` still routes its watch events to the build VM.
-    """
-    if spec.windows is None:
-        raise ValueError("a golden image needs spec.windows")
-    size = pvc_size(
-        parse_bytes(spec.windows.system_disk_size, field="spec.windows.systemDiskSize"),
-        spec.disk.overhead_percent,
-    )
-    pvc: dict[str, Any] = {
-        "accessModes": root_access_modes(spec),
-        "volumeMode": spec.disk.volume_mode,
-        "resources": {"requests": {"storage": size}},
-    }
-    if spec.disk.storage_class_name:
-        pvc["storageClassName"] = spec.disk.storage_class_name
-    return {
-        "apiVersion": CDI_API_VERSION,
-        "kind": "DataVolume",
-        "metadata": {
-            "name": version_name(golden.name, golden.version),
-            "namespace": owner.namespace,
-            "labels": _golden_labels(owner, golden, golden.version),
-            "annotations": {BIND_IMMEDIATE_ANNOTATION: "true"},
-        },
-        "spec": {
-            "source": {"pvc": {"name": system_dv_name(owner.name), "namespace": owner.namespace}},
-            "pvc": pvc,
-        },
-    }
-
-
-def render_data_source(owner: Owner, golden: GoldenImage) -> dict[str, Any]:
-    """The CDI DataSource ``<golden>`` pointing at the published version (not owned, like the clones)."""
-    return {
-        "apiVersion": CDI_API_VERSION,
-        "kind": "DataSource",
-        "metadata": {
-            "name": golden.name,
-            "namespace": owner.namespace,
-            "labels": _golden_labels(owner, golden),
-        },
-        "spec": {
-            "source": {
-                "pvc": {"name": version_name(golden.name, golden.version), "namespace": owner.namespace}
-            }
-        },
-    }
 
 
 # ------------------------------------------------------------------------------------------- decisions
@@ -196,6 +130,25 @@ def plan_golden_image(
     golden = spec.windows.golden_image if spec.windows is not None else None
     if golden is None:
         return None
+    prev = dict(previous or {}) if (previous or {}).get("name") == golden.name else {}
+    blocked = _blocked_plan(spec, golden, prev, clone=clone, data_source=data_source)
+    if blocked is not None:
+        return blocked
+    return _progress_plan(
+        owner, spec, golden, prev, virtual_machine=virtual_machine, clone=clone, data_source=data_source
+    )
+
+
+def _blocked_plan(
+    spec: UDSVirtualMachineSpec,
+    golden: GoldenImage,
+    prev: Mapping[str, Any],
+    *,
+    clone: Mapping[str, Any] | None,
+    data_source: Mapping[str, Any] | None,
+) -> GoldenImagePlan | None:
+    """A factory that cannot proceed (wrong sysprep mode, a foreign DataSource or clone), or None."""
+    clone_name = version_name(golden.name, golden.version)
     if sysprep_mode(spec) != "iso":
         return GoldenImagePlan(
             golden,
@@ -207,8 +160,6 @@ def plan_golden_image(
             ),
             run_strategy=None,
         )
-    prev = dict(previous or {}) if (previous or {}).get("name") == golden.name else {}
-    clone_name = version_name(golden.name, golden.version)
     if data_source is not None and not _managed(data_source, golden.name):
         return GoldenImagePlan(
             golden,
@@ -233,6 +184,21 @@ def plan_golden_image(
             ),
             run_strategy=HOLD,
         )
+    return None
+
+
+def _progress_plan(
+    owner: Owner,
+    spec: UDSVirtualMachineSpec,
+    golden: GoldenImage,
+    prev: Mapping[str, Any],
+    *,
+    virtual_machine: Mapping[str, Any] | None,
+    clone: Mapping[str, Any] | None,
+    data_source: Mapping[str, Any] | None,
+) -> GoldenImagePlan:
+    """The factory's next step once nothing blocks it: build, clone, publish."""
+    clone_name = version_name(golden.name, golden.version)
     published = published_version(data_source, golden.name, owner.namespace)
     started = prev.get("startedVersion")
     printable = ((virtual_machine or {}).get("status") or {}).get("printableStatus")

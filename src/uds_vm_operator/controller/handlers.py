@@ -14,10 +14,10 @@ from typing import Any
 import kopf
 
 from uds_vm_operator import MANAGED_BY_LABEL
-from uds_vm_operator.controller import kube
 from uds_vm_operator.controller.reconciler import Reconciler
-from uds_vm_operator.controller.store import ObjectStore
 from uds_vm_operator.controller.verification_io import POD as VERIFIER_POD
+from uds_vm_operator.runtime import kube
+from uds_vm_operator.runtime.store import ObjectStore
 
 VM_LABEL = "uds.dev/vm"
 MANAGED_BY_SELECTOR = ",".join(f"{key}={value}" for key, value in MANAGED_BY_LABEL.items())

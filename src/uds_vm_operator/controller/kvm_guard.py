@@ -23,13 +23,12 @@ from typing import Any
 
 from uds_vm_operator.api.errors import SpecError
 from uds_vm_operator.api.quantity import parse_bytes
+from uds_vm_operator.runtime.conditions import Condition
 
 KVM_RESOURCE = "devices.kubevirt.io/kvm"
 CONDITION_TYPE = "KVMAvailable"
 NO_KVM_REASON = "NoKVM"
 EMULATION_REASON = "SoftwareEmulation"
-
-Cond = tuple[str, str, str]  # status, reason, message
 
 
 @dataclass(frozen=True)
@@ -91,24 +90,24 @@ def kvm_verdict(nodes: Iterable[Mapping[str, Any]], kubevirts: Iterable[Mapping[
     )
 
 
-def kvm_condition(verdict: KvmVerdict) -> Cond | None:
+def kvm_condition(verdict: KvmVerdict) -> Condition | None:
     """The ``KVMAvailable`` condition, or None when nothing is known (zero schedulable nodes)."""
     if not verdict.known:
         return None
     if verdict.kvm_nodes:
-        return (
+        return Condition(
             "True",
             "KVMNodesAvailable",
             f"{verdict.kvm_nodes} of {verdict.schedulable_nodes} schedulable nodes advertise {KVM_RESOURCE}.",
         )
     if verdict.emulation_by is not None:
-        return (
+        return Condition(
             "False",
             EMULATION_REASON,
             f"No schedulable node advertises {KVM_RESOURCE}; KubeVirt CR {verdict.emulation_by} sets "
             "developerConfiguration.useEmulation: true, so this VM runs in slow software emulation.",
         )
-    return (
+    return Condition(
         "False",
         NO_KVM_REASON,
         f"None of the {verdict.schedulable_nodes} schedulable nodes advertises {KVM_RESOURCE}, so the VM "

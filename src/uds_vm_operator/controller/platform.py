@@ -29,8 +29,8 @@ from typing import Any
 
 from uds_vm_operator import MANAGED_BY_LABEL
 from uds_vm_operator.api import SpecError, UDSVirtualMachineSpec
-from uds_vm_operator.controller import kube, kvm_guard, ssrf
-from uds_vm_operator.controller.errors import ControllerError, KubeApiError
+from uds_vm_operator.apiversions import CDI_API_VERSION, KUBEVIRT_API_VERSION
+from uds_vm_operator.controller import kvm_guard, ssrf
 from uds_vm_operator.controller.udspackage_sync import (
     CONDITION_TYPE as PACKAGE_CONDITION,
 )
@@ -43,12 +43,15 @@ from uds_vm_operator.render.common import ROLE_LABEL, VM_LABEL, root_dv_name
 from uds_vm_operator.render.datavolume import DEFAULT_ACCESS_MODES, root_access_modes
 from uds_vm_operator.render.udspackage import with_mesh_annotations
 from uds_vm_operator.render.verifier import VERIFIER_ROLE
+from uds_vm_operator.runtime import kube
+from uds_vm_operator.runtime.conditions import Condition, by_type
+from uds_vm_operator.runtime.errors import ControllerError, KubeApiError
 
 log = logging.getLogger("uds_vm_operator.platform")
 
-NODE = kube.Kind("v1", "Node", "nodes", namespaced=False)
-KUBEVIRT = kube.Kind("kubevirt.io/v1", "KubeVirt", "kubevirts")
-CDI_CONFIG = kube.Kind("cdi.kubevirt.io/v1beta1", "CDIConfig", "cdiconfigs", namespaced=False)
+NODE = kube.NODE
+KUBEVIRT = kube.register_kind(kube.Kind(KUBEVIRT_API_VERSION, "KubeVirt", "kubevirts"))
+CDI_CONFIG = kube.register_kind(kube.Kind(CDI_API_VERSION, "CDIConfig", "cdiconfigs", namespaced=False))
 TTL_ENV = "UDS_VM_PLATFORM_FACTS_TTL_S"
 DEFAULT_TTL_S = 60.0
 LIVE_MIGRATION_CONDITION = "LiveMigration"
@@ -56,9 +59,6 @@ RWX = "ReadWriteMany"
 NO_REQUEUE_RUN_STRATEGIES = frozenset({"Halted"})
 PRUNABLE_KINDS = (kube.SERVICE, kube.HTTP_ROUTE, kube.NETWORK_POLICY)
 """Children a spec change can make obsolete (an exposed port removed, a switch to uds-package mode)."""
-
-Cond = tuple[str, str, str]  # status, reason, message
-NamedCond = tuple[str, Cond]
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def vm_state_storage_class(kubevirts: Sequence[Mapping[str, Any]]) -> str | None
 class PlatformAssessment:
     """The platform's verdict on one VM, before anything is applied."""
 
-    conditions: tuple[NamedCond, ...] = ()
+    conditions: tuple[tuple[str, Condition], ...] = ()
     ready_blocker: tuple[str, str] | None = None
     """(reason, message) that keeps Ready False while it holds (NoKVM, blocked source)."""
     events: tuple[tuple[str, str, str], ...] = ()
@@ -104,7 +104,7 @@ class PackageOutcome:
     """The uds-package step's contribution to status."""
 
     writes: int = 0
-    conditions: tuple[NamedCond, ...] = ()
+    conditions: tuple[tuple[str, Condition], ...] = ()
     events: tuple[tuple[str, str, str], ...] = ()
     in_place: bool = False
 
@@ -120,23 +120,23 @@ def facts_ttl_from_env() -> float:
 
 def previous_conditions(owner_body: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     """The VM's stored conditions by type (for transition Events)."""
-    status = owner_body.get("status") or {}
-    return {c["type"]: c for c in status.get("conditions") or [] if isinstance(c, Mapping) and "type" in c}
+    return by_type((owner_body.get("status") or {}).get("conditions"))
 
 
 def transition_warnings(
-    previous: Mapping[str, Mapping[str, Any]], conditions: Sequence[NamedCond]
+    previous: Mapping[str, Mapping[str, Any]], conditions: Sequence[tuple[str, Condition]]
 ) -> tuple[tuple[str, str, str], ...]:
     """A Warning Event for each condition that is False now and was not False for the same reason before."""
     events = []
-    for cond_type, (status, reason, message) in conditions:
+    for cond_type, given in conditions:
+        cond = Condition(*given)
         before = previous.get(cond_type) or {}
-        if status == "False" and (before.get("status"), before.get("reason")) != ("False", reason):
-            events.append(("Warning", reason, message))
+        if cond.is_false and (before.get("status"), before.get("reason")) != ("False", cond.reason):
+            events.append(("Warning", cond.reason, cond.message))
     return tuple(events)
 
 
-def live_migration_condition(spec: UDSVirtualMachineSpec) -> Cond | None:
+def live_migration_condition(spec: UDSVirtualMachineSpec) -> Condition | None:
     """Why the VM got the eviction strategy it got (None when live migration is not requested).
 
     All disks RWX: ``LiveMigrate``. Otherwise, with ``allowLiveMigrateIfPossible``: ``LiveMigrateIfPossible``
@@ -152,9 +152,9 @@ def live_migration_condition(spec: UDSVirtualMachineSpec) -> Cond | None:
     ]
     not_rwx = [where for where, modes in disks if RWX not in modes]
     if not not_rwx:
-        return ("True", "LiveMigrate", "Every disk is ReadWriteMany: evictionStrategy LiveMigrate.")
+        return Condition("True", "LiveMigrate", "Every disk is ReadWriteMany: evictionStrategy LiveMigrate.")
     if spec.allow_live_migrate_if_possible:
-        return (
+        return Condition(
             "False",
             "LiveMigrateIfPossible",
             f"{', '.join(not_rwx)} not ReadWriteMany, so evictionStrategy is LiveMigrateIfPossible: on a "
@@ -171,7 +171,7 @@ def assess(
     ttl_s: float,
 ) -> PlatformAssessment:
     """Pure: the platform conditions of one VM from the cluster facts."""
-    conditions: list[NamedCond] = []
+    conditions: list[tuple[str, Condition]] = []
     blocker: tuple[str, str] | None = None
     hold = False
     requeue = False
@@ -180,9 +180,9 @@ def assess(
     kvm = kvm_guard.kvm_condition(facts.kvm) if facts.kvm is not None else None
     if kvm is not None:
         conditions.append((kvm_guard.CONDITION_TYPE, kvm))
-        requeue = kvm[0] == "False"  # nothing watches nodes or KubeVirt CRs: poll until KVM shows up
-        if kvm[1] == kvm_guard.NO_KVM_REASON and wants_to_run:
-            blocker = (kvm[1], kvm[2])
+        requeue = kvm.is_false  # nothing watches nodes or KubeVirt CRs: poll until KVM shows up
+        if kvm.reason == kvm_guard.NO_KVM_REASON and wants_to_run:
+            blocker = (kvm.reason, kvm.message)
 
     raw_source = (owner_body.get("spec") or {}).get("source") or {}
     source = ssrf.source_url_of(raw_source)
@@ -192,9 +192,12 @@ def assess(
         )
         if cond is not None:
             conditions.append((ssrf.CONDITION_TYPE, cond))
-            if cond[0] == "False":
+            if cond.is_false:
                 hold, requeue = True, True
-                blocker = (cond[1], cond[2])  # the disk cannot even be imported: the more basic problem
+                blocker = (
+                    cond.reason,
+                    cond.message,
+                )  # the disk cannot even be imported: the more basic problem
 
     migration = live_migration_condition(spec)
     if migration is not None:
@@ -270,7 +273,6 @@ class Platform:
     def __post_init__(self) -> None:
         self.facts = FactsCache(self.api, self.ttl_s)
         self.packages = PackageSync(self.api, self.vm_known)
-        self._requeues: set[tuple[str, str]] = set()
         self._prune_denied: set[str] = set()
 
     async def render_facts(self, base: ClusterFacts) -> ClusterFacts:
@@ -320,7 +322,7 @@ class Platform:
         try:
             rules = vm_package_rules(owner.name, spec)
         except SpecError as exc:  # e.g. a namespace *selected* by expression: the Package names namespaces
-            cond: Cond = ("False", "InvalidPackageRules", exc.message)
+            cond = Condition("False", "InvalidPackageRules", exc.message)
         else:
             result = await self.packages.sync(owner.namespace, owner.name, rules)
             cond = package_condition(result, owner.namespace, sum(len(v) for v in rules.values()))
@@ -330,7 +332,7 @@ class Platform:
             writes=writes,
             conditions=conditions,
             events=transition_warnings(previous, conditions),
-            in_place=cond[0] == "True",
+            in_place=cond.is_true,
         )
 
     async def prune_stale(
@@ -388,17 +390,3 @@ class Platform:
         except ControllerError as exc:
             log.warning("Package rules not removed", extra={"vm": f"{namespace}/{name}", "error": str(exc)})
             return 0
-
-    def requeue_later(
-        self, key: tuple[str, str], delay_s: float | None, enqueue: Callable[[str, str], None]
-    ) -> None:
-        """Re-check a blocked VM after ``delay_s``; at most one pending timer per VM."""
-        if delay_s is None or key in self._requeues:
-            return
-        self._requeues.add(key)
-
-        def fire() -> None:
-            self._requeues.discard(key)
-            enqueue(*key)
-
-        asyncio.get_running_loop().call_later(delay_s, fire)

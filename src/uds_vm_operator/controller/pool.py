@@ -19,20 +19,16 @@ what to do, creates or deletes members, and writes status only when it changed.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from uds_vm_operator.api import SpecError
 from uds_vm_operator.api.pool import parse_pool_spec, validate_pool_name
-from uds_vm_operator.controller import kube
-from uds_vm_operator.controller.errors import ControllerError, KubeApiError
-from uds_vm_operator.controller.events import build_event
-from uds_vm_operator.controller.workqueue import MAX_BACKOFF_S, Backoff, KeyedWorkQueue
+from uds_vm_operator.apiversions import UDS_API_VERSION
 from uds_vm_operator.fleet import (
     POOL_LABEL,
     REVISION_LABEL,
@@ -51,24 +47,25 @@ from uds_vm_operator.fleet import (
     revision_hash,
     seconds_until_next_deadline,
 )
+from uds_vm_operator.fleet.actions import Action
+from uds_vm_operator.fleet.planner import RolloutParameters
 from uds_vm_operator.fleet.status import Revisions, condition, count_members, merge_conditions
 from uds_vm_operator.metrics import POOL_STATES, OperatorMetrics
+from uds_vm_operator.runtime import kube
+from uds_vm_operator.runtime.conditions import by_type
+from uds_vm_operator.runtime.controller import Controller, utc_now
+from uds_vm_operator.runtime.errors import ControllerError, KubeApiError
+from uds_vm_operator.runtime.workqueue import MAX_BACKOFF_S
 
 log = logging.getLogger("uds_vm_operator.pool")
 
-POOL = kube.Kind("uds.dev/v1alpha1", "UDSVirtualMachinePool", "udsvirtualmachinepools")
-CONTROLLER_REVISION = kube.Kind("apps/v1", "ControllerRevision", "controllerrevisions")
+POOL = kube.register_kind(kube.Kind(UDS_API_VERSION, "UDSVirtualMachinePool", "udsvirtualmachinepools"))
+CONTROLLER_REVISION = kube.register_kind(kube.Kind("apps/v1", "ControllerRevision", "controllerrevisions"))
 
-Key = tuple[str, str]  # (namespace, pool name)
 REVISION_HISTORY = 3
 """ControllerRevisions kept per pool (besides the current and update revisions)."""
 DEADLINE_SLACK_S = 1.0
 """Re-check this long after a deadline, so the member is certainly past it when we look."""
-
-
-def utc_now() -> datetime:
-    """Current time; a seam so tests can pin it."""
-    return datetime.now(UTC)
 
 
 @dataclass
@@ -94,8 +91,15 @@ class PoolTemplateMissingError(ControllerError):
     retryable = False
 
 
-class PoolController:
-    """Work queue + reconcile of UDSVirtualMachinePools (one reconcile per pool at a time)."""
+class PoolController(Controller):
+    """The UDSVirtualMachinePool controller (one reconcile per pool at a time), on the shared base."""
+
+    kind = POOL
+    subject = "pool"
+    queue_name = "pool"
+    non_retryable_s = MAX_BACKOFF_S
+    record_reconcile_metrics = False  # pools report pool_replicas, not the VM series
+    log = log
 
     def __init__(
         self,
@@ -105,15 +109,7 @@ class PoolController:
         workers: int = 2,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
-        self.api = api
-        self.metrics = metrics
-        self.workers = max(1, workers)
-        self.clock = clock
-        self._queue: KeyedWorkQueue[Key] = KeyedWorkQueue(
-            self._reconcile_with_retry, workers=self.workers, name="pool"
-        )
-        self._backoff: Backoff[Key] = Backoff(non_retryable_s=MAX_BACKOFF_S)
-        self._wakeups: dict[Key, asyncio.TimerHandle] = {}
+        super().__init__(api, metrics, workers=workers, clock=clock)
 
     # ------------------------------------------------------------------------------------------ wiring
 
@@ -145,61 +141,10 @@ class PoolController:
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop a deleted pool's metric series and pending re-check (its members go with the GC)."""
-        key = (namespace, name)
-        handle = self._wakeups.pop(key, None)
-        if handle is not None:
-            handle.cancel()
+        self._queue.cancel_wakeup((namespace, name))
         for state in POOL_STATES:
             with contextlib.suppress(KeyError):
                 self.metrics.pool_replicas.remove(name, namespace, state)
-
-    # ------------------------------------------------------------------------------------------- queue
-
-    def enqueue(self, namespace: str, name: str) -> None:
-        """Ask for a reconcile of one pool; duplicates collapse, a running reconcile runs again after."""
-        self._queue.enqueue((namespace, name))
-
-    def enqueue_after(self, namespace: str, name: str, delay_s: float) -> None:
-        """Reconcile again in ``delay_s`` (keeps only the earliest pending wake-up per pool)."""
-        key = (namespace, name)
-        loop = asyncio.get_running_loop()
-        when = loop.time() + delay_s
-        current = self._wakeups.get(key)
-        if current is not None and not current.cancelled() and current.when() <= when:
-            return
-        if current is not None:
-            current.cancel()
-        self._wakeups[key] = loop.call_at(when, self._wake, key)
-
-    def _wake(self, key: Key) -> None:
-        self._wakeups.pop(key, None)
-        self.enqueue(*key)
-
-    def idle(self) -> bool:
-        """True when nothing is queued or running."""
-        return self._queue.idle()
-
-    async def run(self) -> None:
-        """Run the workers until cancelled; pending re-checks die with them."""
-        try:
-            await self._queue.run()
-        finally:
-            for handle in self._wakeups.values():
-                handle.cancel()
-
-    async def _reconcile_with_retry(self, key: Key) -> None:
-        try:
-            await self.reconcile(*key)
-        except Exception as exc:  # one pool must never stop the others
-            delay = self._backoff.failed(key, exc)
-            log.warning(
-                "pool reconcile failed",
-                extra={"pool": f"{key[0]}/{key[1]}", "error": str(exc), "retry_in_s": delay},
-                exc_info=not isinstance(exc, ControllerError),
-            )
-            self.enqueue_after(*key, delay)
-        else:
-            self._backoff.succeeded(key)
 
     # --------------------------------------------------------------------------------------- reconcile
 
@@ -229,42 +174,22 @@ class PoolController:
             await self._record_revision(pool, template_revision, raw_template)
 
         members = await self._members(namespace, name)
-        actions = plan_rollout(
-            params, members, target_revision=revisions.target, previous_revision=revisions.current, now=now
+        actions, revisions = await self._plan(
+            pool,
+            params,
+            members,
+            revisions=revisions,
+            template_revision=template_revision,
+            now=now,
+            outcome=outcome,
         )
         halt = next((a for a in actions if isinstance(a, HaltRollout)), None)
-        rollback = next((a for a in actions if isinstance(a, Rollback)), None)
-        if rollback is not None:
-            # Remember the failed revision and plan again towards the previous one, in this reconcile.
-            revisions = Revisions(
-                template=template_revision,
-                target=rollback.to_revision,
-                current=revisions.current,
-                failed=rollback.from_revision,
-            )
-            outcome.rolled_back = True
-            await self._emit(
-                pool,
-                "Warning",
-                "RolledBack",
-                f"revision {rollback.from_revision} stalled ({halt.message if halt else 'deadline'}); "
-                f"returning every member to revision {rollback.to_revision}",
-            )
-            actions = plan_rollout(
-                params, members, target_revision=revisions.target, previous_revision=None, now=now
-            )
-            halt = next((a for a in actions if isinstance(a, HaltRollout)), None)
         outcome.halted = halt is not None
 
         target_template = raw_template
         if revisions.target != template_revision and any(isinstance(a, CreateMember) for a in actions):
             target_template = await self._template_of(pool, revisions.target)
-        ref = PoolRef(name=name, namespace=namespace, uid=str(meta.get("uid")))
-        for action in actions:
-            if isinstance(action, CreateMember):
-                outcome.created += await self._create_member(pool, ref, target_template, action)
-            elif isinstance(action, DeleteMember):
-                outcome.deleted += await self._delete_member(pool, members, action)
+        await self._act(pool, members, actions, target_template, outcome)
 
         status = pool_status(
             pool_name=name,
@@ -279,19 +204,66 @@ class PoolController:
         await self._publish(pool, previous, status, halt, outcome)
         self._record_metrics(namespace, name, params.replicas, members, revisions.target)
         wait_s = seconds_until_next_deadline(params, members, target_revision=revisions.target, now=now)
-        if wait_s is not None:
-            self.enqueue_after(namespace, name, wait_s + DEADLINE_SLACK_S)
-        log.debug(
-            "pool reconciled",
-            extra={
-                "pool": f"{namespace}/{name}",
-                "actions": ", ".join(type(action).__name__ for action in actions) or "none",
-                "members": len(members),
-                "target": revisions.target,
-                "recheck_in_s": None if wait_s is None else round(wait_s + DEADLINE_SLACK_S, 1),
-            },
-        )
+        recheck_s = None if wait_s is None else wait_s + DEADLINE_SLACK_S
+        self.enqueue_after(namespace, name, recheck_s)
+        _log_reconciled(pool, actions, members, revisions.target, recheck_s)
         return outcome
+
+    async def _act(
+        self,
+        pool: Mapping[str, Any],
+        members: Sequence[MemberView],
+        actions: Sequence[Action],
+        template: Mapping[str, Any],
+        outcome: PoolOutcome,
+    ) -> None:
+        """Create and delete members as planned (the other actions only shape status and Events)."""
+        meta = pool["metadata"]
+        ref = PoolRef(name=meta["name"], namespace=meta["namespace"], uid=str(meta.get("uid")))
+        for action in actions:
+            if isinstance(action, CreateMember):
+                outcome.created += await self._create_member(pool, ref, template, action)
+            elif isinstance(action, DeleteMember):
+                outcome.deleted += await self._delete_member(pool, members, action)
+
+    async def _plan(
+        self,
+        pool: Mapping[str, Any],
+        params: RolloutParameters,
+        members: Sequence[MemberView],
+        *,
+        revisions: Revisions,
+        template_revision: str,
+        now: datetime,
+        outcome: PoolOutcome,
+    ) -> tuple[list[Action], Revisions]:
+        """The planner's actions; a stalled revision that asks for a rollback is planned again, at once,
+        towards the previous revision (the failed one is remembered in the returned revisions)."""
+        actions = plan_rollout(
+            params, members, target_revision=revisions.target, previous_revision=revisions.current, now=now
+        )
+        rollback = next((a for a in actions if isinstance(a, Rollback)), None)
+        if rollback is None:
+            return actions, revisions
+        halt = next((a for a in actions if isinstance(a, HaltRollout)), None)
+        revisions = Revisions(
+            template=template_revision,
+            target=rollback.to_revision,
+            current=revisions.current,
+            failed=rollback.from_revision,
+        )
+        outcome.rolled_back = True
+        await self.emit(
+            pool,
+            "Warning",
+            "RolledBack",
+            f"revision {rollback.from_revision} stalled ({halt.message if halt else 'deadline'}); "
+            f"returning every member to revision {rollback.to_revision}",
+        )
+        actions = plan_rollout(
+            params, members, target_revision=revisions.target, previous_revision=None, now=now
+        )
+        return actions, revisions
 
     async def _members(self, namespace: str, pool: str) -> list[MemberView]:
         objects = await self.api.list(kube.UDS_VM, namespace, label_selector=f"{POOL_LABEL}={pool}")
@@ -318,7 +290,7 @@ class PoolController:
                 "reason": action.reason,
             },
         )
-        await self._emit(
+        await self.emit(
             pool,
             "Normal",
             "MemberCreated",
@@ -338,7 +310,7 @@ class PoolController:
             f"UDSVirtualMachine {ref.namespace}/{name} exists but is not a member of pool {ref.name}; "
             "rename or delete it so the pool can use that ordinal"
         )
-        await self._emit(pool, "Warning", "MemberNameTaken", message)
+        await self.emit(pool, "Warning", "MemberNameTaken", message)
         raise PoolMemberNameTakenError(message)
 
     async def _delete_member(
@@ -348,13 +320,9 @@ class PoolController:
         uid = await self._member_uid(meta["namespace"], action.name)
         if uid is None:
             return 0
-        body = {"propagationPolicy": "Foreground", "preconditions": {"uid": uid}}
         try:
-            result = await self.api.request(
-                "DELETE",
-                kube.UDS_VM.path(meta["namespace"], action.name),
-                body=body,
-                what=f"delete pool member {meta['namespace']}/{action.name}",
+            result = await self.api.delete(
+                kube.UDS_VM, meta["namespace"], action.name, uid=uid, propagation="Foreground"
             )
         except KubeApiError as exc:
             if exc.code == 409:  # the name now belongs to a newer member: leave it alone
@@ -371,7 +339,7 @@ class PoolController:
                 "reason": action.reason,
             },
         )
-        await self._emit(
+        await self.emit(
             pool,
             "Normal",
             "MemberDeleted",
@@ -424,13 +392,7 @@ class PoolController:
             "revision": number,
         }
         try:
-            await self.api.request(
-                "POST",
-                CONTROLLER_REVISION.path(meta["namespace"]),
-                body=manifest,
-                params={"fieldManager": self.api.field_manager, "fieldValidation": "Strict"},
-                what=f"create ControllerRevision {meta['namespace']}/{name}",
-            )
+            await self.api.create(manifest)
         except KubeApiError as exc:
             if exc.code != 409:
                 raise
@@ -444,11 +406,12 @@ class PoolController:
             if (meta.get("labels") or {}).get(REVISION_LABEL) in keep:
                 continue
             try:
-                await self.api.request(
-                    "DELETE",
-                    CONTROLLER_REVISION.path(namespace, str(meta.get("name"))),
-                    body={"preconditions": {"uid": meta.get("uid")}},
-                    what=f"delete ControllerRevision {namespace}/{meta.get('name')}",
+                await self.api.delete(
+                    CONTROLLER_REVISION,
+                    namespace,
+                    str(meta.get("name")),
+                    uid=meta.get("uid"),
+                    propagation=None,
                 )
             except KubeApiError as exc:
                 if exc.code != 409:  # 409: already replaced by a newer object of that name
@@ -485,9 +448,9 @@ class PoolController:
             outcome.status_written = True
         was_stalled = _condition_status(previous, "RolloutStalled") == "True"
         if halt is not None and not was_stalled:
-            await self._emit(pool, "Warning", "RolloutStalled", halt.message)
+            await self.emit(pool, "Warning", "RolloutStalled", halt.message)
         if status.get("currentRevision") and status.get("currentRevision") != previous.get("currentRevision"):
-            await self._emit(
+            await self.emit(
                 pool, "Normal", "RolloutComplete", f"every member runs revision {status['currentRevision']}"
             )
 
@@ -515,31 +478,33 @@ class PoolController:
         )
         outcome.status_written = True
         if _condition_reason(previous, "Ready") != "InvalidSpec":
-            await self._emit(pool, "Warning", "InvalidSpec", message)
-
-    async def _emit(self, pool: Mapping[str, Any], event_type: str, reason: str, note: str) -> None:
-        """Record an Event about the pool; a failure is logged, never fails the reconcile."""
-        event = build_event(
-            {"apiVersion": POOL.api_version, "kind": POOL.kind, **pool},
-            event_type=event_type,
-            reason=reason,
-            note=note,
-            event_time=self.clock().strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-        )
-        try:
-            await self.api.create(event)
-        except Exception as exc:
-            meta = pool.get("metadata") or {}
-            log.warning(
-                "event not recorded",
-                extra={"pool": f"{meta.get('namespace')}/{meta.get('name')}", "error": str(exc)},
-            )
+            await self.emit(pool, "Warning", "InvalidSpec", message)
 
     def _record_metrics(
         self, namespace: str, name: str, replicas: int, members: Sequence[MemberView], target: str
     ) -> None:
         for state, value in count_members(replicas, members, target).as_states().items():
             self.metrics.pool_replicas.labels(pool=name, namespace=namespace, state=state).set(value)
+
+
+def _log_reconciled(
+    pool: Mapping[str, Any],
+    actions: Sequence[Action],
+    members: Sequence[MemberView],
+    target: str,
+    recheck_s: float | None,
+) -> None:
+    meta = pool["metadata"]
+    log.debug(
+        "pool reconciled",
+        extra={
+            "pool": f"{meta['namespace']}/{meta['name']}",
+            "actions": ", ".join(type(action).__name__ for action in actions) or "none",
+            "members": len(members),
+            "target": target,
+            "recheck_in_s": None if recheck_s is None else round(recheck_s, 1),
+        },
+    )
 
 
 def _revision_object_name(pool: str, revision: str) -> str:
@@ -555,17 +520,13 @@ def _without_nulls(value: Any) -> Any:
 
 
 def _condition_status(status: Mapping[str, Any], type_: str) -> str | None:
-    for entry in status.get("conditions") or []:
-        if isinstance(entry, Mapping) and entry.get("type") == type_:
-            return str(entry.get("status"))
-    return None
+    entry = by_type(status.get("conditions")).get(type_)
+    return None if entry is None else str(entry.get("status"))
 
 
 def _condition_reason(status: Mapping[str, Any], type_: str) -> str | None:
-    for entry in status.get("conditions") or []:
-        if isinstance(entry, Mapping) and entry.get("type") == type_:
-            return str(entry.get("reason"))
-    return None
+    entry = by_type(status.get("conditions")).get(type_)
+    return None if entry is None else str(entry.get("reason"))
 
 
 __all__ = ["CONTROLLER_REVISION", "POOL", "PoolController", "PoolOutcome"]

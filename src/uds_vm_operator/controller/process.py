@@ -1,8 +1,10 @@
 """The ``uds-vm-operator run`` process: metrics, probes, the reconcile workers and kopf's watches.
 
 kopf logs in with the kubeconfig (``KUBECONFIG``) or the in-cluster service account and runs the watch
-streams and peering; every request *we* make goes through lightkube's client in
-:mod:`uds_vm_operator.controller.kube`.
+streams and peering; every request *we* make goes through :class:`uds_vm_operator.runtime.kube.KubeApi`
+(over kopf's aiohttp, ADR 0004). The installed kopf is checked first
+(:func:`~uds_vm_operator.runtime.kopf_integration.check_kopf_version`): the process refuses to start on a
+kopf series its kopf integration was not tested on.
 """
 
 from __future__ import annotations
@@ -16,9 +18,6 @@ from typing import Any
 
 import kopf
 
-from uds_vm_operator.controller import kube
-from uds_vm_operator.controller.api_presence import ServedKindsChangedError, served_kinds, wait_for_change
-from uds_vm_operator.controller.errors import ControllerError
 from uds_vm_operator.controller.facts import DATAVOLUME_CRD, FactsCache
 from uds_vm_operator.controller.handlers import (
     VM_CONTROLLER_KINDS,
@@ -27,20 +26,26 @@ from uds_vm_operator.controller.handlers import (
     needs_cluster_scanning,
     watched_kinds,
 )
-from uds_vm_operator.controller.health import start_health_server
-from uds_vm_operator.controller.kopf_diffbase import use_no_diffbase_if_event_only
-from uds_vm_operator.controller.kopf_memory import memories_for
-from uds_vm_operator.controller.logsetup import configure_logging
-from uds_vm_operator.controller.memory import trim_when_idle, tune_allocator
-from uds_vm_operator.controller.metrics_server import start_metrics_server
-from uds_vm_operator.controller.peering import (
+from uds_vm_operator.controller.reconciler import Reconciler
+from uds_vm_operator.metrics import OperatorMetrics
+from uds_vm_operator.runtime import kube
+from uds_vm_operator.runtime.api_presence import ServedKindsChangedError, served_kinds, wait_for_change
+from uds_vm_operator.runtime.errors import ControllerError
+from uds_vm_operator.runtime.health import start_health_server
+from uds_vm_operator.runtime.kopf_integration import (
+    check_kopf_version,
+    memories_for,
+    use_no_diffbase_if_event_only,
+)
+from uds_vm_operator.runtime.logsetup import configure_logging
+from uds_vm_operator.runtime.memory import trim_when_idle, tune_allocator
+from uds_vm_operator.runtime.metrics_server import start_metrics_server
+from uds_vm_operator.runtime.peering import (
     DEFAULT_LIFETIME_S,
     apply_peering_settings,
     warn_if_peering_object_missing,
 )
-from uds_vm_operator.controller.reconciler import Reconciler
-from uds_vm_operator.controller.store import ObjectStore
-from uds_vm_operator.metrics import OperatorMetrics
+from uds_vm_operator.runtime.store import ObjectStore
 
 log = logging.getLogger("uds_vm_operator.process")
 
@@ -58,7 +63,7 @@ class RunOptions:
     peering: str | None = None
     standalone: bool = False
     priority: int | None = None
-    """Peering priority; ``None`` = chosen per replica (controller/peering.py), so replicas never tie."""
+    """Peering priority; ``None`` = chosen per replica (runtime/peering.py), so replicas never tie."""
     peering_lifetime: int = DEFAULT_LIFETIME_S
     max_workers: int = 8
     log_level: str = "INFO"
@@ -85,6 +90,7 @@ def run(options: RunOptions) -> int:
 
 
 async def _serve(options: RunOptions) -> None:
+    check_kopf_version()
     tune_allocator()
     # One connection per reconcile worker (requests within a reconcile are sequential) plus a few for the
     # pool controller, Events and status: more would only hold idle TLS buffers.
@@ -110,23 +116,7 @@ async def _serve(options: RunOptions) -> None:
         pools.register(registry)
         pool_workers = asyncio.create_task(pools.run(), name="pool-workers")
 
-    @kopf.on.login(registry=registry)
-    async def login(**kwargs: Any) -> Any:
-        if options.kubeconfig:
-            return kopf.login_with_kubeconfig(**kwargs)
-        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
-
-    settings = kopf.OperatorSettings()
-    scan_cluster = needs_cluster_scanning(options.namespaces)
-    configure_settings(settings, max_workers=options.max_workers, scan_cluster=scan_cluster)
-    use_no_diffbase_if_event_only(settings, registry)
-    apply_peering_settings(
-        settings,
-        name=options.peering,
-        standalone=options.standalone,
-        priority=options.priority,
-        lifetime_s=options.peering_lifetime,
-    )
+    settings, scan_cluster = _kopf_settings(options, registry)
     clusterwide = options.all_namespaces or not options.namespaces
     await warn_if_peering_object_missing(
         api, name=options.peering, clusterwide=clusterwide, namespaces=options.namespaces
@@ -175,6 +165,31 @@ async def _serve(options: RunOptions) -> None:
         metrics_server.close()
         await api.close()
         log.info("operator stopped")
+
+
+def _kopf_settings(
+    options: RunOptions, registry: kopf.OperatorRegistry
+) -> tuple[kopf.OperatorSettings, bool]:
+    """kopf's login, watch, persistence and peering settings; True when it must scan the cluster for CRDs."""
+
+    @kopf.on.login(registry=registry)
+    async def login(**kwargs: Any) -> Any:
+        if options.kubeconfig:
+            return kopf.login_with_kubeconfig(**kwargs)
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    settings = kopf.OperatorSettings()
+    scan_cluster = needs_cluster_scanning(options.namespaces)
+    configure_settings(settings, max_workers=options.max_workers, scan_cluster=scan_cluster)
+    use_no_diffbase_if_event_only(settings, registry)
+    apply_peering_settings(
+        settings,
+        name=options.peering,
+        standalone=options.standalone,
+        priority=options.priority,
+        lifetime_s=options.peering_lifetime,
+    )
+    return settings, scan_cluster
 
 
 async def _stop_when_served_kinds_change(

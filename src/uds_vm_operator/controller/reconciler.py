@@ -1,38 +1,36 @@
-"""The reconcile loop of UDSVirtualMachine: read world → render → apply the difference → derive status.
+"""The UDSVirtualMachine controller: observe → decide → apply → publish, one VM at a time per key.
 
-Watch events (of the VM and of its children) only *enqueue* the VM's key; a bounded pool of workers takes
-keys from a de-duplicating queue, so a burst of events for one VM costs one reconcile, two workers never
-reconcile the same VM at once, and concurrency is capped. Failures are retried with exponential backoff
-per key; a spec the operator cannot honour is reported (condition + Event) and not retried until it
-changes, because retrying cannot fix it.
+Watch events (of the VM and of its children) only *enqueue* the VM's key (``controller/handlers.py``); the
+shared controller base (``runtime/controller.py``) runs a bounded pool of workers over a de-duplicating
+queue, so a burst of events for one VM costs one reconcile, two workers never reconcile the same VM at once,
+and failures are retried with exponential backoff per key. One reconcile reads (observe), decides purely
+what the children should be (decide), writes the difference (apply) and derives status from what it saw
+(publish), all over one :class:`VmReconcile`. A spec the operator cannot honour is reported (condition +
+Event) and not retried until it changes, because retrying cannot fix it. See docs/architecture.md.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import dataclasses
 import functools
 import logging
-import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from uds_vm_operator.api import SpecError, UDSVirtualMachineSpec, parse_vm_spec
 from uds_vm_operator.api.quantity import parse_bytes
-from uds_vm_operator.controller import kube
 from uds_vm_operator.controller.compare import is_subset, needs_apply, normalise_secret, with_applied_hash
-from uds_vm_operator.controller.errors import ControllerError, KubeApiError
-from uds_vm_operator.controller.events import build_event, transition_event
 from uds_vm_operator.controller.facts import FactsCache
 from uds_vm_operator.controller.golden_image import (
+    GoldenImagePlan,
     carried_status,
     execute_golden_image,
     observe_golden_image,
 )
-from uds_vm_operator.controller.platform import Platform
+from uds_vm_operator.controller.platform import PackageOutcome, Platform, PlatformAssessment
 from uds_vm_operator.controller.pod_selection import policy_selects_vm
 from uds_vm_operator.controller.status import (
     REPLACING_REASON,
@@ -42,14 +40,12 @@ from uds_vm_operator.controller.status import (
     must_hold_vm,
     status_changed,
 )
-from uds_vm_operator.controller.store import ObjectStore
 from uds_vm_operator.controller.verification import VerificationOutcome
 from uds_vm_operator.controller.verification_io import (
     execute_verification,
     observe_verification,
     verifier_image_from_env,
 )
-from uds_vm_operator.controller.workqueue import MAX_BACKOFF_S, Backoff, KeyedWorkQueue
 from uds_vm_operator.metrics import OperatorMetrics
 from uds_vm_operator.render import (
     ClusterFacts,
@@ -59,13 +55,18 @@ from uds_vm_operator.render import (
     live_migration_refusal,
     render_children,
 )
-from uds_vm_operator.render.common import admin_secret_name
+from uds_vm_operator.render.common import admin_secret_name, netpol_name, root_dv_name
 from uds_vm_operator.render.secrets import ADMIN_PASSWORD_KEY
-from uds_vm_operator.sizing import pvc_mib, virtual_mib
+from uds_vm_operator.runtime import kube
+from uds_vm_operator.runtime.controller import Controller, Key, rfc3339, utc_now
+from uds_vm_operator.runtime.errors import KubeApiError
+from uds_vm_operator.runtime.events import transition_event
+from uds_vm_operator.runtime.store import ObjectStore
+from uds_vm_operator.runtime.workqueue import MAX_BACKOFF_S
+from uds_vm_operator.sizing import DEFAULT_OVERHEAD_PERCENT, pvc_mib, virtual_mib
 
 log = logging.getLogger("uds_vm_operator.reconcile")
 
-Key = tuple[str, str]  # (namespace, name)
 STATUS_MESSAGE_LIMIT = 4000
 STATUS_QUANTITY_LIMIT = 32
 DV_TERMINAL_WITH_DATA = frozenset({"Succeeded"})
@@ -80,13 +81,69 @@ class Outcome:
     deleted: bool = False
 
 
-def utc_now() -> datetime:
-    """Current time; a seam so tests can pin it."""
-    return datetime.now(UTC)
+class SpecRefusedError(Exception):
+    """A step found a spec the operator will not act on; the refusal becomes the published status."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
 
 
-class Reconciler:
-    """Owns the work queue and the reconcile of one UDSVirtualMachine at a time per key."""
+ChildKey = tuple[str, str]
+"""(kind, name) of a rendered child."""
+
+
+@dataclass
+class VmReconcile:
+    """One reconcile of one VM: what observe read, what decide chose, what apply did (the one context)."""
+
+    body: Mapping[str, Any]
+    owner: Owner
+    generation: int
+    outcome: Outcome = field(default_factory=Outcome)
+    spec: UDSVirtualMachineSpec | None = None
+    facts: ClusterFacts | None = None
+    platform: PlatformAssessment = field(default_factory=PlatformAssessment)
+    datavolume: dict[str, Any] | None = None
+    verification: VerificationOutcome | None = None
+    golden: GoldenImagePlan | None = None
+    windows_admin_password: str | None = None
+    children: list[dict[str, Any]] = field(default_factory=list)
+    desired: dict[ChildKey, dict[str, Any]] = field(default_factory=dict)
+    observed: dict[ChildKey, dict[str, Any] | None] = field(default_factory=dict)
+    disk_blocker: Refusal | None = None
+    first_children: bool = True
+    """None of the rendered children existed before this reconcile."""
+    package: PackageOutcome = field(default_factory=PackageOutcome)
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any], namespace: str, name: str) -> VmReconcile:
+        """The context for the VM ``body`` as the store holds it."""
+        meta = body.get("metadata") or {}
+        owner = Owner(name=name, namespace=namespace, uid=str(meta.get("uid")))
+        return cls(body=body, owner=owner, generation=int(meta.get("generation") or 0))
+
+    def require_spec(self) -> UDSVirtualMachineSpec:
+        """The parsed spec (observe sets it before any later step runs)."""
+        if self.spec is None:
+            raise RuntimeError("the spec is read by the observe step first")
+        return self.spec
+
+    def require_facts(self) -> ClusterFacts:
+        """The cluster facts (observe sets them before any later step runs)."""
+        if self.facts is None:
+            raise RuntimeError("the cluster facts are read by the observe step first")
+        return self.facts
+
+
+class Reconciler(Controller):
+    """The UDSVirtualMachine controller: one reconcile at a time per VM, on the shared controller base."""
+
+    kind = kube.UDS_VM
+    subject = "vm"
+    queue_name = "reconcile"
+    non_retryable_s = MAX_BACKOFF_S * 5
+    log = log
 
     def __init__(
         self,
@@ -98,29 +155,15 @@ class Reconciler:
         workers: int = 8,
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
-        self.api = api
+        super().__init__(api, metrics, workers=workers, clock=clock)
         self.store = store
         self.facts = facts
-        self.metrics = metrics
-        self.workers = max(1, workers)
-        self.clock = clock
-        self._queue: KeyedWorkQueue[Key] = KeyedWorkQueue(
-            self._reconcile_with_retry, workers=self.workers, name="reconcile"
-        )
-        self._backoff: Backoff[Key] = Backoff(non_retryable_s=MAX_BACKOFF_S * 5)
-        self._last_error: dict[Key, str] = {}
         self._unverified: set[Key] = set()
         """VMs seen in the initial listing: a child missing from the store is confirmed by a GET."""
         self.verifier_image = verifier_image_from_env()
         """The operator's own image, run by SI-7 verifier pods (None: the verifier cannot run)."""
         self.platform = Platform(api, vm_known=lambda ns, vm: store.contains(kube.UDS_VM, ns, vm))
         """KVM guard, CDI source allowlist, live-migration note, UDS Package rules (controller.platform)."""
-
-    # ------------------------------------------------------------------------------------------ queue
-
-    def enqueue(self, namespace: str, name: str) -> None:
-        """Ask for a reconcile of one VM; duplicates while queued collapse into one."""
-        self._queue.enqueue((namespace, name))
 
     def verify_children(self, namespace: str, name: str) -> None:
         """Until this VM's next successful reconcile, confirm a store miss for a child with one GET.
@@ -130,192 +173,193 @@ class Reconciler:
         """
         self._unverified.add((namespace, name))
 
-    def idle(self) -> bool:
-        """True when nothing is queued or running (benchmarks and tests wait for this)."""
-        return self._queue.idle()
+    def error_subject(self, key: Key) -> Mapping[str, Any] | None:
+        """A failed reconcile's Warning Event regards the VM as the store last saw it."""
+        return self.store.get(kube.UDS_VM, *key)
 
-    @property
-    def completed(self) -> int:
-        """Reconciles finished (any outcome): lets a health check or benchmark see progress."""
-        return self._queue.completed
-
-    async def run(self) -> None:
-        """Run the worker pool until cancelled."""
-        await self._queue.run()
-
-    async def _reconcile_with_retry(self, key: Key) -> None:
-        started = time.perf_counter()
-        try:
-            await self.reconcile(*key)
-        except Exception as exc:  # the loop must survive anything one object can throw at it
-            delay = self._backoff.failed(key, exc)
-            self.metrics.reconcile_total.labels(status="error").inc()
-            log.warning(
-                "reconcile failed",
-                extra={"vm": f"{key[0]}/{key[1]}", "error": str(exc), "retry_in_s": delay},
-                exc_info=not isinstance(exc, ControllerError),
-            )
-            await self._report_error(key, exc)
-            asyncio.get_running_loop().call_later(delay, self.enqueue, *key)
-        else:
-            self._backoff.succeeded(key)
-            self._last_error.pop(key, None)
-            self._unverified.discard(key)
-        finally:
-            self.metrics.reconcile_duration_seconds.observe(time.perf_counter() - started)
-
-    async def _report_error(self, key: Key, exc: Exception) -> None:
-        """One Warning Event per distinct error message, not one per retry."""
-        message = str(exc)
-        if self._last_error.get(key) == message:
-            return
-        self._last_error[key] = message
-        owner = self.store.get(kube.UDS_VM, *key)
-        if owner is None:
-            return
-        await self._emit_best_effort(owner, "Warning", "ReconcileError", message)
+    def succeeded(self, key: Key) -> None:
+        """A successful reconcile has seen every child: store misses are trusted from now on."""
+        self._unverified.discard(key)
 
     # -------------------------------------------------------------------------------------- reconcile
 
     async def reconcile(self, namespace: str, name: str) -> Outcome:
-        """Bring one VM's children and status in line with its spec; returns what was written."""
-        owner_body = self.store.get(kube.UDS_VM, namespace, name)
-        if owner_body is None:
-            self.metrics.forget_vm(name=name, namespace=namespace)
-            return Outcome(deleted=True, writes=await self.platform.forget(namespace, name))
-        meta = owner_body.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
-            return Outcome(deleted=True, writes=await self.platform.forget(namespace, name))
-        outcome = Outcome()
-        raw_spec = owner_body.get("spec") or {}
-        owner = Owner(name=name, namespace=namespace, uid=str(meta.get("uid")))
-        generation = int(meta.get("generation") or 0)
-        try:
-            spec = parse_vm_spec(raw_spec)
-        except SpecError as exc:
-            obs = Observation(generation=generation, refusal=Refusal("InvalidSpec", exc.message))
-            await self._publish(owner_body, obs, outcome, status="invalid")
-            return outcome
-        refusal = _storage_refusal(spec)
-        facts = await self.platform.render_facts(await self.facts.get())
-        if refusal is not None:
-            obs = self._base_observation(spec, facts, generation, refusal=refusal)
-            await self._publish(owner_body, obs, outcome, status="invalid")
-            return outcome
-        platform = await self.platform.assess(owner_body, spec)
-        for warning in platform.events:
-            if await self._emit_best_effort(owner_body, *warning):
-                outcome.writes += 1
-        self.platform.requeue_later((namespace, name), platform.requeue_after_s, self.enqueue)
+        """Bring one VM's children and status in line with its spec: observe → decide → apply → publish.
 
-        dv_name = f"{name}-dv"
-        observed_dv = await self._observed(kube.DATA_VOLUME, namespace, dv_name, owner=name)
+        Each step reads and writes only through ``ctx``. A spec the operator will not act on raises
+        :class:`SpecRefusedError` from whichever step finds it; the refusal is published like any status.
+        """
+        body = self.store.get(kube.UDS_VM, namespace, name)
+        if body is None:
+            self.metrics.forget_vm(name=name, namespace=namespace)
+        if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
+            return Outcome(deleted=True, writes=await self.platform.forget(namespace, name))
+        ctx = VmReconcile.of(body, namespace, name)
+        try:
+            await self._observe(ctx)
+            self._decide(ctx)
+            await self._apply(ctx)
+        except SpecRefusedError as refused:
+            await self._publish(ctx, self._refused_observation(ctx, refused.refusal), status="invalid")
+            return ctx.outcome
+        golden = ctx.golden
+        extra = {"goldenImage": golden.status if golden is not None else None}
+        await self._publish(ctx, self._observation(ctx), status="success", extra_status=extra)
+        return ctx.outcome
+
+    # ---------------------------------------------------------------------------------------- observe
+
+    async def _observe(self, ctx: VmReconcile) -> None:
+        """Read everything the decision needs: spec, cluster facts, platform verdict, disk, SI-7, factory."""
+        try:
+            ctx.spec = parse_vm_spec(ctx.body.get("spec") or {})
+        except SpecError as exc:
+            raise SpecRefusedError(Refusal("InvalidSpec", exc.message)) from exc
+        spec, owner = ctx.spec, ctx.owner
+        refusal = _storage_refusal(spec)
+        ctx.facts = await self.platform.render_facts(await self.facts.get())
+        if refusal is not None:
+            raise SpecRefusedError(refusal)
+        ctx.platform = await self.platform.assess(ctx.body, spec)
+        ctx.datavolume = await self._observed(
+            kube.DATA_VOLUME, owner.namespace, root_dv_name(owner.name), owner=owner.name
+        )
         # SI-7 first: the verdict decides runStrategy, and is recorded before any child is applied.
-        verification = await observe_verification(
+        ctx.verification = await observe_verification(
             self.api,
             owner,
-            owner_body=owner_body,
+            owner_body=ctx.body,
             spec=spec,
-            facts=facts,
-            datavolume=observed_dv,
+            facts=ctx.facts,
+            datavolume=ctx.datavolume,
             verifier_image=self.verifier_image,
         )
-        outcome.writes += await execute_verification(self.api, namespace, verification)
-        for event in verification.events:
-            if await self._emit_best_effort(owner_body, event.type, event.reason, event.message):
-                outcome.writes += 1
+        ctx.golden = await observe_golden_image(self.api, self._observed, owner, ctx.body, spec)
+        ctx.windows_admin_password = await self._windows_admin_password(spec, owner.namespace, owner.name)
+
+    # ----------------------------------------------------------------------------------------- decide
+
+    def _decide(self, ctx: VmReconcile) -> None:
+        """Pure: the children this VM should have, given what was observed."""
+        spec, facts = ctx.require_spec(), ctx.require_facts()
         preliminary = self._base_observation(
-            spec, facts, generation, datavolume=observed_dv, verification=verification
+            spec, facts, ctx.generation, datavolume=ctx.datavolume, verification=ctx.verification
         )
-        golden = await observe_golden_image(self.api, self._observed, owner, owner_body, spec)
+        golden = ctx.golden
         run_strategy = "Halted" if must_hold_vm(preliminary) else (golden.run_strategy if golden else None)
         try:
             children = render_children(
-                owner,
+                ctx.owner,
                 spec,
                 facts,
                 run_strategy=run_strategy,
-                windows_admin_password=await self._windows_admin_password(spec, namespace, name),
+                windows_admin_password=ctx.windows_admin_password,
             )
         except SpecError as exc:
-            obs = self._base_observation(spec, facts, generation, refusal=Refusal("InvalidSpec", exc.message))
-            await self._publish(owner_body, obs, outcome, status="invalid")
-            return outcome
+            raise SpecRefusedError(Refusal("InvalidSpec", exc.message)) from exc
+        ctx.children = self.platform.filter_children(
+            ctx.owner, ctx.platform, children, ctx.datavolume is not None
+        )
 
-        children = self.platform.filter_children(owner, platform, children, observed_dv is not None)
-        children = await self.platform.mesh_children(owner, spec, children)
-        observed: dict[tuple[str, str], dict[str, Any] | None] = {}
-        desired_by_name: dict[tuple[str, str], dict[str, Any]] = {}
-        disk_blocker: Refusal | None = None
-        first_children = True  # none of the rendered children existed before this reconcile
-        for child in children:
-            desired = with_applied_hash(child)
-            kind = kube.kind_of(desired)
-            child_name = desired["metadata"]["name"]
-            current = await self._observed(kind, namespace, child_name, owner=name)
-            first_children = first_children and current is None
-            if kind is kube.DATA_VOLUME and current is not None:
-                blocker, current = await self._settle_datavolume(owner, desired, current, outcome)
-                disk_blocker = disk_blocker or blocker
-                if blocker is not None:
-                    observed[(kind.kind, child_name)] = current
-                    desired_by_name[(kind.kind, child_name)] = desired
-                    continue
-            if needs_apply(desired, current):
-                try:
-                    current = await self.api.apply(desired)
-                except KubeApiError as exc:
-                    if exc.retryable:
-                        raise
-                    # The schema let the spec through but the API server refuses the child (e.g. a CIDR
-                    # NetworkPolicy rejects, a zero-size PVC): retrying cannot help, so say so in status.
-                    message = f"The API server rejected {kind.kind} {child_name}: {exc.api_message}"[:1000]
-                    obs = self._base_observation(
-                        spec, facts, generation, refusal=Refusal("ChildRejected", message)
-                    )
-                    await self._publish(owner_body, obs, outcome, status="invalid")
-                    return outcome
-                self.store.put(kind, current)
-                outcome.writes += 1
-                log.info("applied", extra={"vm": f"{namespace}/{name}", "child": f"{kind.kind}/{child_name}"})
-            observed[(kind.kind, child_name)] = current
-            desired_by_name[(kind.kind, child_name)] = desired
-        package = await self.platform.sync_package(owner, spec, owner_body)
-        if not (first_children and not owner_body.get("status")):
+    # ------------------------------------------------------------------------------------------ apply
+
+    async def _apply(self, ctx: VmReconcile) -> None:
+        """Carry out the decisions in order: platform Events, SI-7 actions, children, Package, pruning,
+        the golden-image factory. Every write is counted in ``ctx.outcome``."""
+        owner, outcome = ctx.owner, ctx.outcome
+        # uds-package mode in a sidecar-mesh namespace: the annotations UDS admits (reads the mesh mode once)
+        ctx.children = await self.platform.mesh_children(owner, ctx.require_spec(), ctx.children)
+        await self._emit_all(ctx, ctx.platform.events)
+        self.enqueue_after(owner.namespace, owner.name, ctx.platform.requeue_after_s)
+        verification = ctx.verification
+        if verification is not None:
+            outcome.writes += await execute_verification(self.api, owner.namespace, verification)
+            await self._emit_all(ctx, [(e.type, e.reason, e.message) for e in verification.events])
+        for child in ctx.children:
+            await self._apply_child(ctx, child)
+        ctx.package = await self.platform.sync_package(owner, ctx.require_spec(), ctx.body)
+        if not (ctx.first_children and not ctx.body.get("status")):
             # A VM never reconciled before (no status, none of its children existed) cannot have stale
             # children: skipping the prune saves three LISTs per new VM at fleet scale.
-            outcome.writes += await self.platform.prune_stale(owner, owner_body, children)
-        outcome.writes += package.writes
-        for warning in package.events:
-            if await self._emit_best_effort(owner_body, *warning):
-                outcome.writes += 1
+            outcome.writes += await self.platform.prune_stale(owner, ctx.body, ctx.children)
+        outcome.writes += ctx.package.writes
+        await self._emit_all(ctx, ctx.package.events)
+        outcome.writes += await execute_golden_image(
+            self.api, owner, ctx.golden, functools.partial(self.emit, ctx.body)
+        )
 
-        policy_in_place, selects_no_pod = _policy_selection(desired_by_name, observed, name)
+    async def _apply_child(self, ctx: VmReconcile, child: Mapping[str, Any]) -> None:
+        """Server-side apply one child when it differs from the live one (a DataVolume is settled first)."""
+        owner = ctx.owner
+        desired = with_applied_hash(child)
+        kind = kube.kind_of(desired)
+        child_name = desired["metadata"]["name"]
+        key = (kind.kind, child_name)
+        ctx.desired[key] = desired
+        current = await self._observed(kind, owner.namespace, child_name, owner=owner.name)
+        ctx.first_children = ctx.first_children and current is None
+        if kind is kube.DATA_VOLUME and current is not None:
+            blocker, current = await self._settle_datavolume(owner, desired, current, ctx.outcome)
+            ctx.disk_blocker = ctx.disk_blocker or blocker
+            if blocker is not None:
+                ctx.observed[key] = current
+                return
+        if needs_apply(desired, current):
+            try:
+                current = await self.api.apply(desired)
+            except KubeApiError as exc:
+                if exc.retryable:
+                    raise
+                # The schema let the spec through but the API server refuses the child (e.g. a CIDR
+                # NetworkPolicy rejects, a zero-size PVC): retrying cannot help, so say so in status.
+                message = f"The API server rejected {kind.kind} {child_name}: {exc.api_message}"[:1000]
+                raise SpecRefusedError(Refusal("ChildRejected", message)) from exc
+            self.store.put(kind, current)
+            ctx.outcome.writes += 1
+            log.info(
+                "applied",
+                extra={"vm": f"{owner.namespace}/{owner.name}", "child": f"{kind.kind}/{child_name}"},
+            )
+        ctx.observed[key] = current
+
+    async def _emit_all(self, ctx: VmReconcile, events: Iterable[tuple[str, str, str]]) -> None:
+        for event_type, reason, note in events:
+            if await self.emit(ctx.body, event_type, reason, note):
+                ctx.outcome.writes += 1
+
+    # ---------------------------------------------------------------------------------------- publish
+
+    def _observation(self, ctx: VmReconcile) -> Observation:
+        """What status derivation needs after a full pass."""
+        name = ctx.owner.name
+        policy_in_place, selects_no_pod = _policy_selection(ctx.desired, ctx.observed, name)
         obs = self._base_observation(
-            spec,
-            facts,
-            generation,
-            datavolume=observed.get(("DataVolume", dv_name)),
-            virtual_machine=observed.get(("VirtualMachine", name)),
-            network_isolated=package.in_place or (policy_in_place and not selects_no_pod),
-            hardening=_hardening(desired_by_name, observed, name),
-            disk_blocker=disk_blocker,
-            verification=verification,
+            ctx.require_spec(),
+            ctx.require_facts(),
+            ctx.generation,
+            datavolume=ctx.observed.get(("DataVolume", root_dv_name(name))),
+            virtual_machine=ctx.observed.get(("VirtualMachine", name)),
+            network_isolated=ctx.package.in_place or (policy_in_place and not selects_no_pod),
+            hardening=_hardening(ctx.desired, ctx.observed, name),
+            disk_blocker=ctx.disk_blocker,
+            verification=ctx.verification,
         )
         obs = dataclasses.replace(
             obs,
-            extra_conditions=platform.conditions + package.conditions,
-            ready_blocker=platform.ready_blocker,
-            network_selects_no_pod=selects_no_pod and not package.in_place,
+            extra_conditions=ctx.platform.conditions + ctx.package.conditions,
+            ready_blocker=ctx.platform.ready_blocker,
+            network_selects_no_pod=selects_no_pod and not ctx.package.in_place,
         )
+        golden = ctx.golden
         if golden is not None and golden.run_strategy is not None:  # the factory holds or runs the build VM
             obs = dataclasses.replace(obs, run_strategy=golden.run_strategy)
-        outcome.writes += await execute_golden_image(
-            self.api, owner, golden, functools.partial(self._emit_best_effort, owner_body)
-        )
-        golden_status = {"goldenImage": golden.status if golden is not None else None}
-        await self._publish(owner_body, obs, outcome, status="success", extra_status=golden_status)
-        return outcome
+        return obs
+
+    def _refused_observation(self, ctx: VmReconcile, refusal: Refusal) -> Observation:
+        """A refusal: the spec's essentials when it parsed, only the refusal when it did not."""
+        if ctx.spec is None or ctx.facts is None:
+            return Observation(generation=ctx.generation, refusal=refusal)
+        return self._base_observation(ctx.spec, ctx.facts, ctx.generation, refusal=refusal)
 
     # ------------------------------------------------------------------------------------------ parts
 
@@ -435,17 +479,17 @@ class Reconciler:
 
     async def _publish(
         self,
-        owner_body: Mapping[str, Any],
+        ctx: VmReconcile,
         obs: Observation,
-        outcome: Outcome,
         *,
         status: str,
         extra_status: Mapping[str, Any] | None = None,
     ) -> None:
         """Write status (only if it changed), an Event on transitions, and the metrics."""
+        owner_body, outcome = ctx.body, ctx.outcome
         meta = owner_body.get("metadata") or {}
         previous = owner_body.get("status") or {}
-        desired = derive_status(obs, previous, _rfc3339(self.clock()))
+        desired = derive_status(obs, previous, rfc3339(self.clock()))
         # status.goldenImage comes from the golden-image factory; a refusal (no factory run) keeps the last.
         desired.update(extra_status if extra_status is not None else carried_status(previous))
         desired["message"] = str(desired.get("message") or "")[:STATUS_MESSAGE_LIMIT]
@@ -458,7 +502,7 @@ class Reconciler:
             self.store.put(kube.UDS_VM, updated)
             outcome.writes += 1
             event = transition_event(previous, desired)
-            if event is not None and await self._emit_best_effort(owner_body, *event):
+            if event is not None and await self.emit(owner_body, *event):
                 outcome.writes += 1
         self.metrics.reconcile_total.labels(status=status).inc()
         self.metrics.record_vm(
@@ -468,31 +512,6 @@ class Reconciler:
             controls=_controls(desired),
             overhead_ratio=_overhead_ratio(owner_body),
         )
-
-    async def _emit_best_effort(
-        self, owner: Mapping[str, Any], event_type: str, reason: str, note: str
-    ) -> bool:
-        """Record an Event; a failure is logged, never allowed to fail the reconcile."""
-        try:
-            await self._emit(owner, event_type, reason, note)
-        except Exception as exc:
-            meta = owner.get("metadata") or {}
-            log.warning(
-                "event not recorded",
-                extra={"vm": f"{meta.get('namespace')}/{meta.get('name')}", "error": str(exc)},
-            )
-            return False
-        return True
-
-    async def _emit(self, owner: Mapping[str, Any], event_type: str, reason: str, note: str) -> None:
-        event = build_event(
-            {"apiVersion": kube.UDS_VM.api_version, "kind": kube.UDS_VM.kind, **owner},
-            event_type=event_type,
-            reason=reason,
-            note=note,
-            event_time=_micro_time(self.clock()),
-        )
-        await self.api.create(event)
 
 
 MAX_DISK_BYTES = (1 << 63) - 1
@@ -527,7 +546,7 @@ def _policy_selection(
     name: str,
 ) -> tuple[bool, bool]:
     """(policy in place as rendered, yet selecting no launcher pod of the VM): see pod_selection."""
-    policy_key, vm_key = ("NetworkPolicy", f"{name}-netpol"), ("VirtualMachine", name)
+    policy_key, vm_key = ("NetworkPolicy", netpol_name(name)), ("VirtualMachine", name)
     if not _in_place(desired, observed, policy_key):
         return False, False
     live_vm = observed.get(vm_key) or desired.get(vm_key)
@@ -564,18 +583,10 @@ def _overhead_ratio(owner_body: Mapping[str, Any]) -> float | None:
         return None
     try:
         virtual = virtual_mib(parse_bytes(size, field="spec.disk.virtualSize"))
-        pvc = pvc_mib(virtual << 20, disk.get("overheadPercent", 6))
+        pvc = pvc_mib(virtual << 20, disk.get("overheadPercent", DEFAULT_OVERHEAD_PERCENT))
     except (SpecError, ValueError, TypeError):
         return None
     return (pvc - virtual) / virtual if virtual else None
-
-
-def _rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _micro_time(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 __all__ = ["KubeApiError", "Outcome", "Reconciler", "utc_now"]

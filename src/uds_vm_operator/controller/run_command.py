@@ -6,7 +6,7 @@ import argparse
 import gc
 from typing import Any
 
-from uds_vm_operator.controller.peering import DEFAULT_LIFETIME_S, MAX_LIFETIME_S, MIN_LIFETIME_S
+from uds_vm_operator.runtime.peering import DEFAULT_LIFETIME_S, MAX_LIFETIME_S, MIN_LIFETIME_S
 
 
 def add_run_parser(sub: Any) -> None:
@@ -58,7 +58,7 @@ def add_run_parser(sub: Any) -> None:
 
 def run_from_args(args: argparse.Namespace) -> int:
     """Start the operator with the parsed arguments; returns the exit code."""
-    from uds_vm_operator.controller.trust import restrict_default_trust  # noqa: PLC0415
+    from uds_vm_operator.runtime.trust import restrict_default_trust  # noqa: PLC0415
 
     restrict_default_trust(args.kubeconfig)  # before aiohttp is imported: it builds a default SSL context
     # This import creates ~100k long-lived objects (kopf, aiohttp, pydantic): the collector would run ~150

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from uds_vm_operator.runtime.conditions import Condition
+
 CDI_CONFIG_CRD = "cdiconfigs.cdi.kubevirt.io"
 CDI_CONFIG_NAME = "config"
 ALLOWLIST_FIELD = "allowedSourceURLs"
@@ -50,8 +52,6 @@ BLOCKED_NETWORKS = tuple(
 """The ranges CDI's SSRF protection blocks by default (CDI doc/ssrf-protection.md)."""
 INTERNAL_NAMES = ("localhost",)
 INTERNAL_SUFFIXES = (".localhost", ".svc", ".cluster.local")
-
-Cond = tuple[str, str, str]  # status, reason, message
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ def ssrf_condition(
     *,
     crd_has_allowlist: bool,
     allowlist: Sequence[Any],
-) -> Cond | None:
+) -> Condition | None:
     """The ``ImportSourceAllowed`` condition for one source, or None when the host is not internal."""
     host = internal_host(url)
     if host is None:
@@ -146,7 +146,7 @@ def ssrf_condition(
     entry = host.entry
     field = f"CDIConfig.spec.{ALLOWLIST_FIELD}"
     if not crd_has_allowlist:
-        return (
+        return Condition(
             "True",
             "CDIHasNoPrivateAddressBlock",
             f"spec.source.{kind}.url host {host.host} is {host.why}; the installed CDI's CDIConfig CRD has "
@@ -154,9 +154,9 @@ def ssrf_condition(
             f"not blocked. After a CDI upgrade that adds it, a cluster admin must add {entry!r} to {field}.",
         )
     if allowlist_covers(allowlist, host):
-        return ("True", "AllowedByCDIConfig", f"{field} admits {host.host}.")
+        return Condition("True", "AllowedByCDIConfig", f"{field} admits {host.host}.")
     patch = '{"spec":{"' + ALLOWLIST_FIELD + '":[<existing entries>, "' + entry + '"]}}'
-    return (
+    return Condition(
         "False",
         BLOCKED_REASON,
         f"CDI refuses imports from spec.source.{kind}.url host {host.host} ({host.why}). A cluster admin "

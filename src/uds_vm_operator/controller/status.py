@@ -12,12 +12,13 @@ digest, on a CDI whose CRD has that field.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from uds_vm_operator import RECONCILER_NAME
 from uds_vm_operator.controller.verification import VerificationOutcome
+from uds_vm_operator.runtime.conditions import Condition, by_type, stamp
 
 CONDITION_TYPES = ("Ready", "DiskReady", "ChecksumVerified", "NetworkIsolated", "Hardened")
 
@@ -77,7 +78,7 @@ class Observation:
     """(disk, reason) of data disks deliberately left out of backups (CP-9 evidence)."""
     verification: VerificationOutcome | None = None
     """The SI-7 decision (controller.verification); when set it alone says what was verified."""
-    extra_conditions: tuple[tuple[str, tuple[str, str, str]], ...] = ()
+    extra_conditions: tuple[tuple[str, Condition], ...] = ()
     """Platform conditions (controller.platform: KVMAvailable, ImportSourceAllowed, ...) appended as given."""
     ready_blocker: tuple[str, str] | None = None
     """(reason, message) from the platform that keeps Ready False (NoKVM, a blocked import source)."""
@@ -103,7 +104,7 @@ def must_hold_vm(obs: Observation) -> bool:
 
 def derive_status(obs: Observation, previous: Mapping[str, Any] | None, now: str) -> dict[str, Any]:
     """Return the full status object for ``obs``; ``previous`` only supplies transition times."""
-    previous_conditions = _conditions_by_type((previous or {}).get("conditions") or [])
+    previous_conditions = by_type((previous or {}).get("conditions"))
     if obs.refusal is not None:
         phase, message, conditions = _refused(obs.refusal)
         verified = False
@@ -129,7 +130,7 @@ def derive_status(obs: Observation, previous: Mapping[str, Any] | None, now: str
         "message": message,
         "backupExemptions": [{"disk": d, "reason": r} for d, r in obs.backup_exemptions] or None,
         "conditions": [
-            _stamp(cond_type, cond, previous_conditions.get(cond_type), obs.generation, now)
+            stamp(cond_type, cond, previous_conditions.get(cond_type), now=now, generation=obs.generation)
             for cond_type, cond in conditions
         ],
     }
@@ -143,19 +144,16 @@ def status_changed(desired: Mapping[str, Any], observed: Mapping[str, Any] | Non
     return any(desired.get(key) != observed.get(key) for key in keys)
 
 
-_Cond = tuple[str, str, str]  # status, reason, message
-
-
-def _refused(refusal: Refusal) -> tuple[str, str, list[tuple[str, _Cond]]]:
-    unknown = ("Unknown", refusal.reason, "Not evaluated: the spec is refused.")
-    conditions: list[tuple[str, _Cond]] = [("Ready", ("False", refusal.reason, refusal.message))]
+def _refused(refusal: Refusal) -> tuple[str, str, list[tuple[str, Condition]]]:
+    unknown = Condition("Unknown", refusal.reason, "Not evaluated: the spec is refused.")
+    conditions: list[tuple[str, Condition]] = [("Ready", Condition("False", refusal.reason, refusal.message))]
     conditions += [(cond_type, unknown) for cond_type in CONDITION_TYPES[1:]]
     return "Failed", refusal.message, conditions
 
 
-def _lifecycle(obs: Observation) -> tuple[str, str, list[tuple[str, _Cond]]]:
+def _lifecycle(obs: Observation) -> tuple[str, str, list[tuple[str, Condition]]]:
     disk_phase, disk_cond = _disk(obs)
-    checksum_cond = _checksum(obs, disk_ready=disk_cond[0] == "True")
+    checksum_cond = _checksum(obs, disk_ready=disk_cond.is_true)
     phase = disk_phase
     if disk_phase == "DiskReady":
         phase = "Verifying" if must_hold_vm(obs) else _workload_phase(obs)
@@ -163,10 +161,10 @@ def _lifecycle(obs: Observation) -> tuple[str, str, list[tuple[str, _Cond]]]:
     failure = obs.verification.failure if obs.verification is not None else None
     # A checksum CDI rejected also fails the DataVolume: say which digest failed, not only that CDI did.
     if failure is not None and (disk_phase != "Failed" or failure[0] == "ChecksumMismatch"):
-        phase, ready_cond = "Failed", ("False", failure[0], failure[1])
-    if obs.ready_blocker is not None and ready_cond[0] != "True" and phase != "Failed":
-        ready_cond = ("False", *obs.ready_blocker)
-    conditions: list[tuple[str, _Cond]] = [
+        phase, ready_cond = "Failed", Condition("False", *failure)
+    if obs.ready_blocker is not None and not ready_cond.is_true and phase != "Failed":
+        ready_cond = Condition("False", *obs.ready_blocker)
+    conditions: list[tuple[str, Condition]] = [
         ("Ready", ready_cond),
         ("DiskReady", disk_cond),
         ("ChecksumVerified", checksum_cond),
@@ -174,50 +172,57 @@ def _lifecycle(obs: Observation) -> tuple[str, str, list[tuple[str, _Cond]]]:
         ("Hardened", _hardened(obs)),
         *obs.extra_conditions,
     ]
-    return phase, ready_cond[2], conditions
+    return phase, ready_cond.message, conditions
 
 
-def _disk(obs: Observation) -> tuple[str, _Cond]:
+def _disk(obs: Observation) -> tuple[str, Condition]:
     """Map the DataVolume phase to our phase (``DiskReady`` when the disk is usable)."""
     if obs.disk_blocker is not None:
         phase = "Pending" if obs.disk_blocker.reason == REPLACING_REASON else "Failed"
-        return phase, ("False", obs.disk_blocker.reason, obs.disk_blocker.message)
+        return phase, Condition("False", obs.disk_blocker.reason, obs.disk_blocker.message)
     dv = obs.datavolume
     if dv is None:
-        return "Pending", ("False", "DataVolumeMissing", "The DataVolume has not been created yet.")
+        return "Pending", Condition("False", "DataVolumeMissing", "The DataVolume has not been created yet.")
+    return _disk_from_datavolume(dv)
+
+
+def _disk_from_datavolume(dv: Mapping[str, Any]) -> tuple[str, Condition]:
+    """Our phase and ``DiskReady`` from the phase CDI reports on an existing DataVolume."""
     dv_phase = _dv_phase(dv)
     name = (dv.get("metadata") or {}).get("name", "the DataVolume")
     if dv_phase == "Succeeded":
-        return "DiskReady", ("True", "DataVolumeSucceeded", f"DataVolume {name} holds the disk.")
+        return "DiskReady", Condition("True", "DataVolumeSucceeded", f"DataVolume {name} holds the disk.")
     if dv_phase == "Failed":
-        return "Failed", ("False", "DataVolumeFailed", f"CDI failed to populate {name}: {_dv_message(dv)}")
+        return "Failed", Condition(
+            "False", "DataVolumeFailed", f"CDI failed to populate {name}: {_dv_message(dv)}"
+        )
     if dv_phase in UPLOAD_WAIT_PHASES:
-        return "WaitingForUpload", (
+        return "WaitingForUpload", Condition(
             "False",
             "WaitingForUpload",
             f"DataVolume {name} waits for the image: run `uds-vmctl upload` (or virtctl image-upload).",
         )
     if dv_phase in IMPORT_PHASES:
         progress = _import_progress(dv) or "unknown progress"
-        return "Importing", ("False", dv_phase, f"CDI is populating {name} ({progress}).")
+        return "Importing", Condition("False", dv_phase, f"CDI is populating {name} ({progress}).")
     reason = dv_phase or "DataVolumePending"
-    return "Pending", ("False", reason, f"DataVolume {name} is {dv_phase or 'pending'}.")
+    return "Pending", Condition("False", reason, f"DataVolume {name} is {dv_phase or 'pending'}.")
 
 
-def _checksum(obs: Observation, *, disk_ready: bool) -> _Cond:
+def _checksum(obs: Observation, *, disk_ready: bool) -> Condition:
     if obs.verification is not None:
         return obs.verification.condition
     if obs.declared_checksum is None:
-        return ("False", "NoChecksumDeclared", "No digest is declared, so nothing was verified.")
+        return Condition("False", "NoChecksumDeclared", "No digest is declared, so nothing was verified.")
     if checksum_verified_by_cdi(obs):
-        return ("True", "CDIHTTPChecksum", f"CDI verified {obs.declared_checksum} while importing.")
+        return Condition("True", "CDIHTTPChecksum", f"CDI verified {obs.declared_checksum} while importing.")
     if not disk_ready:
-        return (
+        return Condition(
             "False",
             "AwaitingDisk",
             "The digest is checked once the disk is populated; the VM stays off.",
         )
-    return (
+    return Condition(
         "False",
         "VerifierPending",
         "The disk digest has not been verified yet; the VM stays halted until it is.",
@@ -238,69 +243,49 @@ def _workload_phase(obs: Observation) -> str:
     return "Provisioning"
 
 
-def _ready(obs: Observation, phase: str, disk: _Cond, checksum: _Cond) -> _Cond:
+def _ready(obs: Observation, phase: str, disk: Condition, checksum: Condition) -> Condition:
     if phase == "Ready":
-        return ("True", "VirtualMachineRunning", "The VM is running.")
+        return Condition("True", "VirtualMachineRunning", "The VM is running.")
     if phase == "Stopped":
-        return ("False", "Stopped", f"The VM is stopped (runStrategy {obs.run_strategy}).")
+        return Condition("False", "Stopped", f"The VM is stopped (runStrategy {obs.run_strategy}).")
     if phase == "Verifying":
-        return ("False", checksum[1], checksum[2])
+        return Condition("False", checksum.reason, checksum.message)
     if phase == "Provisioning":
         printable = ((obs.virtual_machine or {}).get("status") or {}).get("printableStatus")
         detail = f"KubeVirt reports {printable}." if printable else "KubeVirt has not reported yet."
-        return ("False", printable or "Provisioning", f"Waiting for the VM to become ready. {detail}")
-    return ("False", disk[1], disk[2])
+        return Condition(
+            "False", printable or "Provisioning", f"Waiting for the VM to become ready. {detail}"
+        )
+    return Condition("False", disk.reason, disk.message)
 
 
-def _network(obs: Observation) -> _Cond:
+def _network(obs: Observation) -> Condition:
     if obs.network_selects_no_pod:
-        return (
+        return Condition(
             "False",
             "NetworkPolicySelectsNoPod",
             "The VM's NetworkPolicy does not select the VM's virt-launcher pod, so it isolates nothing.",
         )
     if obs.network_isolated:
-        return ("True", "NetworkPolicyApplied", "Ingress is denied unless allowed; egress is restricted.")
-    return ("False", "NetworkPolicyMissing", "The VM's NetworkPolicy is not in place as rendered.")
+        return Condition(
+            "True", "NetworkPolicyApplied", "Ingress is denied unless allowed; egress is restricted."
+        )
+    return Condition("False", "NetworkPolicyMissing", "The VM's NetworkPolicy is not in place as rendered.")
 
 
-def _hardened(obs: Observation) -> _Cond:
+def _hardened(obs: Observation) -> Condition:
     if obs.hardening_secret is None:
-        return ("False", "NoHardeningSecret", "No cloud-init or sysprep hardening is rendered for this VM.")
+        return Condition(
+            "False", "NoHardeningSecret", "No cloud-init or sysprep hardening is rendered for this VM."
+        )
     if obs.hardening_in_place:
         reason = "CloudInitHardened" if obs.hardening_secret == "cloud-init" else "SysprepHardened"
-        return ("True", reason, f"The {obs.hardening_secret} hardening Secret is in place.")
-    return (
+        return Condition("True", reason, f"The {obs.hardening_secret} hardening Secret is in place.")
+    return Condition(
         "False",
         "HardeningSecretMissing",
         f"The {obs.hardening_secret} Secret is not in place as rendered.",
     )
-
-
-def _stamp(
-    cond_type: str,
-    cond: _Cond,
-    previous: Mapping[str, Any] | None,
-    generation: int,
-    now: str,
-) -> dict[str, Any]:
-    """Build a condition, keeping the previous transition time while the status stays the same."""
-    status, reason, message = cond
-    transition = now
-    if previous is not None and previous.get("status") == status and previous.get("lastTransitionTime"):
-        transition = str(previous["lastTransitionTime"])
-    return {
-        "type": cond_type,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": transition,
-        "observedGeneration": generation,
-    }
-
-
-def _conditions_by_type(conditions: Sequence[Any]) -> dict[str, Mapping[str, Any]]:
-    return {c["type"]: c for c in conditions if isinstance(c, Mapping) and "type" in c}
 
 
 def _dv_phase(dv: Mapping[str, Any]) -> str:

@@ -27,8 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from uds_vm_operator import MANAGED_BY_LABEL
-from uds_vm_operator.controller import kube
-from uds_vm_operator.controller.errors import KubeApiError
 from uds_vm_operator.render.udspackage import (
     PACKAGE_API_VERSION,
     PACKAGE_KIND,
@@ -39,10 +37,13 @@ from uds_vm_operator.render.udspackage import (
     remove_vm_from_package,
     with_kubevirt_enabled,
 )
+from uds_vm_operator.runtime import kube
+from uds_vm_operator.runtime.conditions import Condition
+from uds_vm_operator.runtime.errors import KubeApiError
 
 log = logging.getLogger("uds_vm_operator.udspackage")
 
-PACKAGE = kube.Kind(PACKAGE_API_VERSION, PACKAGE_KIND, "packages")
+PACKAGE = kube.register_kind(kube.Kind(PACKAGE_API_VERSION, PACKAGE_KIND, "packages"))
 DEFAULT_PACKAGE_NAME = "uds-vms"
 RULE_TAG = "uds-vm:"
 MAX_ATTEMPTS = 5
@@ -236,13 +237,7 @@ class PackageSync:
         metadata = package.setdefault("metadata", {})
         metadata["labels"] = {**(metadata.get("labels") or {}), **MANAGED_BY_LABEL}
         try:
-            await self.api.request(
-                "POST",
-                PACKAGE.path(namespace),
-                body=package,
-                params={"fieldManager": self.api.field_manager, "fieldValidation": "Strict"},
-                what=f"create Package {namespace}/{DEFAULT_PACKAGE_NAME}",
-            )
+            await self.api.create(package)
         except KubeApiError as exc:
             if exc.code == 404:
                 raise PackageProblemError(
@@ -255,23 +250,20 @@ class PackageSync:
         return 1
 
     async def _delete(self, namespace: str, meta: Mapping[str, Any]) -> None:
-        body = {
-            "propagationPolicy": "Background",
-            "preconditions": {"uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")},
-        }
-        await self.api.request(
-            "DELETE",
-            PACKAGE.path(namespace, str(meta.get("name"))),
-            body=body,
-            what=f"delete Package {namespace}/{meta.get('name')}",
+        await self.api.delete(
+            PACKAGE,
+            namespace,
+            str(meta.get("name")),
+            uid=meta.get("uid"),
+            resource_version=meta.get("resourceVersion"),
         )
 
 
-def package_condition(result: PackageResult, namespace: str, rule_count: int) -> tuple[str, str, str]:
+def package_condition(result: PackageResult, namespace: str, rule_count: int) -> Condition:
     """The ``UDSPackageSynced`` condition of a VM in uds-package mode."""
     if result.problem is not None:
-        return ("False", result.problem[0], result.problem[1])
-    return (
+        return Condition("False", result.problem[0], result.problem[1])
+    return Condition(
         "True",
         "RulesMerged",
         f"{rule_count} rule(s) of this VM are merged into UDS Package {namespace}/{result.package}; "

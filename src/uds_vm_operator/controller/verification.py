@@ -36,6 +36,7 @@ from uds_vm_operator.render.verifier import (
     render_verifier,
     verifier_pod_name,
 )
+from uds_vm_operator.runtime.conditions import Condition
 from uds_vm_operator.verify.digest import Digest, digest_or_none
 from uds_vm_operator.verify.result import VerifyResult, parse_result
 
@@ -47,8 +48,6 @@ IMAGE_RECORD_KEY = "image-record.json"
 VERIFIER_FIELD_MANAGER = "uds-vm-operator-verifier"
 
 State = Literal["not-declared", "awaiting-disk", "verifying", "verified", "failed"]
-Condition = tuple[str, str, str]
-"""(status, reason, message) of the ``ChecksumVerified`` condition."""
 
 
 # ------------------------------------------------------------------------------------------ image record
@@ -216,7 +215,7 @@ def decide(obs: VerificationInput) -> VerificationOutcome:
     if obs.declared_checksum is None:
         return VerificationOutcome(
             "not-declared",
-            ("False", "NoChecksumDeclared", "No digest is declared, so nothing was verified."),
+            Condition("False", "NoChecksumDeclared", "No digest is declared, so nothing was verified."),
             actions=cleanup,
         )
     declared = digest_or_none(obs.declared_checksum)
@@ -224,13 +223,27 @@ def decide(obs: VerificationInput) -> VerificationOutcome:
         message = f"The declared digest {obs.declared_checksum!r} is not sha256:<64 hex> or sha512:<128 hex>."
         return _failed("InvalidChecksum", message, cleanup)
 
-    record_problem = _check_image_record(obs, declared)
-    if record_problem is not None:
-        state, reason, message = record_problem
-        if state == "failed":
-            return _failed(reason, message, cleanup)
-        return VerificationOutcome("verifying", ("False", reason, message), actions=cleanup)
+    held = _held_by_image_record(obs, declared, cleanup)
+    if held is not None:
+        return held
+    return _decide_on_disk(obs, declared, cleanup)
 
+
+def _held_by_image_record(
+    obs: VerificationInput, declared: Digest, cleanup: list[Action]
+) -> VerificationOutcome | None:
+    """The referenced image record is missing, unreadable or contradicts the declaration (else None)."""
+    record_problem = _check_image_record(obs, declared)
+    if record_problem is None:
+        return None
+    state, reason, message = record_problem
+    if state == "failed":
+        return _failed(reason, message, cleanup)
+    return VerificationOutcome("verifying", Condition("False", reason, message), actions=cleanup)
+
+
+def _decide_on_disk(obs: VerificationInput, declared: Digest, cleanup: list[Action]) -> VerificationOutcome:
+    """A valid declaration: wait for the disk, accept CDI's own check, or verify in the cluster."""
     dv = obs.datavolume
     rejected = _cdi_rejected_checksum(obs, dv)
     if rejected is not None:
@@ -238,13 +251,15 @@ def decide(obs: VerificationInput) -> VerificationOutcome:
     if dv is None or str((dv.get("status") or {}).get("phase") or "") != "Succeeded":
         return VerificationOutcome(
             "awaiting-disk",
-            ("False", "AwaitingDisk", "The digest is checked once the disk is populated; the VM stays off."),
+            Condition(
+                "False", "AwaitingDisk", "The digest is checked once the disk is populated; the VM stays off."
+            ),
             actions=cleanup,
         )
     if _cdi_checked(obs, dv, declared):
         return VerificationOutcome(
             "verified",
-            ("True", "CDIHTTPChecksum", f"CDI verified {declared} while importing."),
+            Condition("True", "CDIHTTPChecksum", f"CDI verified {declared} while importing."),
             verified_by=VERIFIED_BY_CDI,
             verified_digest=str(declared),
             actions=cleanup,
@@ -264,7 +279,13 @@ def _check_image_record(obs: VerificationInput, declared: Digest) -> tuple[State
         )
     if obs.image_record_problem is not None or obs.image_record is None:
         return ("failed", "ImageRecordInvalid", obs.image_record_problem or "The image record is unreadable.")
-    record = obs.image_record
+    return _record_contradiction(obs, obs.image_record, declared)
+
+
+def _record_contradiction(
+    obs: VerificationInput, record: ImageRecord, declared: Digest
+) -> tuple[State, str, str] | None:
+    """Where a readable image record disagrees with the declared digest or the declared size."""
     sealed = record.file_digest(declared.algorithm)
     if sealed is not None and declared not in (sealed, record.content_sha256):
         return (
@@ -367,12 +388,28 @@ def _verify_in_cluster(
         disk_uid=dv_uid,
         image=obs.verifier_image or "",
     )
-    pending = ("False", "VerifierRunning", f"The in-cluster verifier is hashing the disk against {origin}.")
+    return _verifier_pod_step(obs, dv_name, request, declared=declared, expected=expected, origin=origin)
+
+
+def _verifier_pod_step(
+    obs: VerificationInput,
+    dv_name: str,
+    request: VerifierRequest,
+    *,
+    declared: Digest,
+    expected: Digest,
+    origin: str,
+) -> VerificationOutcome:
+    """No verdict recorded yet: start, restart or wait for the verifier pod, or read its verdict."""
+    pod = obs.verifier_pod
+    pending = Condition(
+        "False", "VerifierRunning", f"The in-cluster verifier is hashing the disk against {origin}."
+    )
     if pod is None:
         if not obs.verifier_image:
             return VerificationOutcome(
                 "verifying",
-                (
+                Condition(
                     "False",
                     "VerifierUnavailable",
                     "The operator does not know its own image, so it cannot run the verifier; set "
@@ -386,7 +423,7 @@ def _verify_in_cluster(
     if not _pod_is_about(pod, request):
         return VerificationOutcome(
             "verifying",
-            ("False", "VerifierRestarting", "The declaration or the disk changed; verifying again."),
+            Condition("False", "VerifierRestarting", "The declaration or the disk changed; verifying again."),
             actions=[_delete(pod)],
         )
     terminated = _terminated(pod)
@@ -400,11 +437,27 @@ def _verify_in_cluster(
                 [],
             )
         return VerificationOutcome("verifying", pending)
-    result = _verdict_of(terminated, str(expected), size)
-    record = RecordVerdict(dv_name, dv_uid or None, {VERIFICATION_ANNOTATION: _verdict_annotation(result)})
+    result = _verdict_of(terminated, str(expected), request.virtual_size_bytes)
+    record = RecordVerdict(
+        dv_name, request.disk_uid or None, {VERIFICATION_ANNOTATION: _verdict_annotation(result)}
+    )
+    return _verdict_outcome(obs, pod, result, record, declared=declared, expected=expected, origin=origin)
+
+
+def _verdict_outcome(
+    obs: VerificationInput,
+    pod: Mapping[str, Any],
+    result: VerifyResult,
+    record: RecordVerdict,
+    *,
+    declared: Digest,
+    expected: Digest,
+    origin: str,
+) -> VerificationOutcome:
+    """The verifier pod finished: record its verdict on the DataVolume and say what it means."""
     if result.result == "match":
         outcome = _verified(declared, expected, origin, [record, _delete(pod)])
-        event = Event("Normal", "ChecksumVerified", outcome.condition[2])
+        event = Event("Normal", "ChecksumVerified", outcome.condition.message)
         return VerificationOutcome(
             outcome.state,
             outcome.condition,
@@ -429,7 +482,7 @@ def _verify_in_cluster(
     )
     return VerificationOutcome(
         "failed",
-        ("False", "VerificationError", message),
+        Condition("False", "VerificationError", message),
         failure=("VerificationError", message),
         events=[Event("Warning", "VerificationError", message)],
     )
@@ -441,7 +494,9 @@ def _verified(
     detail = "" if expected == declared else f" (its raw content {expected}, from {origin})"
     return VerificationOutcome(
         "verified",
-        ("True", "InClusterVerifier", f"The in-cluster verifier confirmed {declared}{detail} on the disk."),
+        Condition(
+            "True", "InClusterVerifier", f"The in-cluster verifier confirmed {declared}{detail} on the disk."
+        ),
         verified_by=VERIFIED_BY_VERIFIER,
         verified_digest=str(declared),
         actions=list(actions),
@@ -472,7 +527,7 @@ def _mismatch(
         )
     return VerificationOutcome(
         "failed",
-        ("False", "ChecksumMismatch", message),
+        Condition("False", "ChecksumMismatch", message),
         failure=("ChecksumMismatch", message),
         events=events,
         actions=list(actions),
@@ -481,7 +536,7 @@ def _mismatch(
 
 def _failed(reason: str, message: str, actions: list[Action]) -> VerificationOutcome:
     return VerificationOutcome(
-        "failed", ("False", reason, message), failure=(reason, message), actions=actions
+        "failed", Condition("False", reason, message), failure=(reason, message), actions=actions
     )
 
 

@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from uds_vm_operator.api.models import UDSVirtualMachineSpec
-from uds_vm_operator.controller import kube
 from uds_vm_operator.controller.verification import (
     VERIFIER_FIELD_MANAGER,
     ApplyVerifier,
@@ -33,11 +32,12 @@ from uds_vm_operator.controller.verification import (
 )
 from uds_vm_operator.render.common import ClusterFacts, Owner
 from uds_vm_operator.render.verifier import verifier_pod_name
+from uds_vm_operator.runtime import kube
 
 log = logging.getLogger(__name__)
 
-POD = kube.Kind("v1", "Pod", "pods")
-CONFIG_MAP = kube.Kind("v1", "ConfigMap", "configmaps")
+POD = kube.POD
+CONFIG_MAP = kube.CONFIG_MAP
 VERIFIER_IMAGE_ENV = "UDS_VM_OPERATOR_IMAGE"
 """The operator's own image, which the verifier pod runs (set by the Deployment / Helm chart)."""
 
@@ -88,19 +88,18 @@ async def execute_verification(api: kube.KubeApi, namespace: str, outcome: Verif
     for action in outcome.actions:
         if isinstance(action, ApplyVerifier):
             for manifest in action.manifests:
-                await _server_side_apply(api, manifest)
+                await api.apply(manifest)
                 writes += 1
         elif isinstance(action, RecordVerdict):
             metadata: dict[str, Any] = {"annotations": action.annotations}
             if action.uid:
                 metadata["uid"] = action.uid  # never annotate a newer disk of the same name
-            await api.request(
-                "PATCH",
-                kube.DATA_VOLUME.path(namespace, action.datavolume),
-                body={"metadata": metadata},
-                content_type=kube.MERGE_CONTENT_TYPE,
-                params={"fieldManager": VERIFIER_FIELD_MANAGER, "fieldValidation": "Strict"},
-                what=f"record the verification verdict on DataVolume {namespace}/{action.datavolume}",
+            await api.merge_patch(
+                kube.DATA_VOLUME,
+                namespace,
+                action.datavolume,
+                {"metadata": metadata},
+                field_manager=VERIFIER_FIELD_MANAGER,
             )
             writes += 1
         elif isinstance(action, DeleteVerifierPod):
@@ -108,19 +107,6 @@ async def execute_verification(api: kube.KubeApi, namespace: str, outcome: Verif
             writes += 1
         log.info("verification", extra={"namespace": namespace, "action": type(action).__name__})
     return writes
-
-
-async def _server_side_apply(api: kube.KubeApi, manifest: Mapping[str, Any]) -> None:
-    kind = {"Pod": POD, "NetworkPolicy": kube.NETWORK_POLICY}[manifest["kind"]]
-    meta = manifest["metadata"]
-    await api.request(
-        "PATCH",
-        kind.path(meta["namespace"], meta["name"]),
-        body=manifest,
-        content_type=kube.APPLY_CONTENT_TYPE,
-        params={"fieldManager": api.field_manager, "force": "true", "fieldValidation": "Strict"},
-        what=f"apply {kind.kind} {meta['namespace']}/{meta['name']}",
-    )
 
 
 async def _with_image_record(

@@ -16,10 +16,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from uds_vm_operator import MANAGED_BY_LABEL
+from uds_vm_operator.apiversions import UDS_API_VERSION
 
-POOL_API_VERSION = "uds.dev/v1alpha1"
+POOL_API_VERSION = UDS_API_VERSION
 POOL_KIND = "UDSVirtualMachinePool"
-MEMBER_API_VERSION = "uds.dev/v1alpha1"
+MEMBER_API_VERSION = UDS_API_VERSION
 MEMBER_KIND = "UDSVirtualMachine"
 
 POOL_LABEL = "uds.dev/pool"

@@ -15,6 +15,7 @@ from typing import Any
 from uds_vm_operator.fleet.actions import HaltRollout
 from uds_vm_operator.fleet.members import POOL_LABEL, MemberView
 from uds_vm_operator.fleet.planner import RolloutParameters, min_ready, rollout_complete
+from uds_vm_operator.runtime.conditions import FALSE, TRUE, Condition, by_type, stamp, transition_time
 
 
 @dataclass(frozen=True)
@@ -88,32 +89,25 @@ def format_time(moment: datetime) -> str:
 def condition(
     type_: str, status: bool, reason: str, message: str, *, now: datetime, generation: int | None
 ) -> dict[str, Any]:
-    """One ``metav1.Condition``-shaped dict."""
-    entry: dict[str, Any] = {
-        "type": type_,
-        "status": "True" if status else "False",
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": format_time(now),
-    }
-    if generation is not None:
-        entry["observedGeneration"] = generation
-    return entry
+    """One ``metav1.Condition``-shaped dict, stamped ``now`` (:func:`merge_conditions` keeps older times)."""
+    value = Condition(TRUE if status else FALSE, reason, message)
+    return stamp(type_, value, None, now=format_time(now), generation=generation)
 
 
 def merge_conditions(
     previous: Sequence[Mapping[str, Any]] | None, fresh: Sequence[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """Keep ``lastTransitionTime`` of conditions whose status did not change, so a resync writes nothing."""
-    by_type = {str(c.get("type")): c for c in previous or [] if isinstance(c, Mapping)}
-    merged: list[dict[str, Any]] = []
-    for entry in fresh:
-        old = by_type.get(entry["type"])
-        if old is not None and old.get("status") == entry["status"] and old.get("lastTransitionTime"):
-            merged.append({**entry, "lastTransitionTime": old["lastTransitionTime"]})
-        else:
-            merged.append(entry)
-    return merged
+    stored = by_type(previous)
+    return [
+        {
+            **entry,
+            "lastTransitionTime": transition_time(
+                entry["status"], stored.get(entry["type"]), entry["lastTransitionTime"]
+            ),
+        }
+        for entry in fresh
+    ]
 
 
 def pool_status(

@@ -128,22 +128,7 @@ def inspect(source: ByteSource) -> ImageInfo:
             raise CorruptImageError(f"{name}: qcow2 refcount order {refcount_order} is invalid")
         if header_length > 104:
             (compression_type,) = unpack_at(source, 104, ">B")
-    unknown = incompatible & ~INCOMPAT_KNOWN
-    if unknown:
-        raise UnsupportedImageError(
-            f"{name}: qcow2 uses unknown incompatible features 0x{unknown:x}; "
-            "convert it with a current qemu-img"
-        )
-    if incompatible & INCOMPAT_CORRUPT:
-        raise CorruptImageError(
-            f"{name}: qcow2 is marked corrupt by qemu; repair it with 'qemu-img check -r all'"
-        )
-    if incompatible & INCOMPAT_COMPRESSION and compression_type not in (COMPRESSION_ZLIB, COMPRESSION_ZSTD):
-        raise UnsupportedImageError(f"{name}: qcow2 compression type {compression_type} is unknown")
-    if not incompatible & INCOMPAT_COMPRESSION and compression_type != COMPRESSION_ZLIB:
-        raise CorruptImageError(
-            f"{name}: qcow2 compression type set without its feature bit; the header is corrupt"
-        )
+    _check_features(name, incompatible, compression_type)
     if size > MAX_VIRTUAL_SIZE:
         raise CorruptImageError(f"{name}: qcow2 virtual size {size} bytes is absurd; the header is corrupt")
     header = Qcow2Header(
@@ -188,6 +173,26 @@ def inspect(source: ByteSource) -> ImageInfo:
     return ImageInfo(
         format=QCOW2, virtual_size=header.virtual_size, details=details, backing_refs=refs, layout=header
     )
+
+
+def _check_features(name: str, incompatible: int, compression_type: int) -> None:
+    """Refuse incompatible feature bits we cannot honour and a compression type that contradicts them."""
+    unknown = incompatible & ~INCOMPAT_KNOWN
+    if unknown:
+        raise UnsupportedImageError(
+            f"{name}: qcow2 uses unknown incompatible features 0x{unknown:x}; "
+            "convert it with a current qemu-img"
+        )
+    if incompatible & INCOMPAT_CORRUPT:
+        raise CorruptImageError(
+            f"{name}: qcow2 is marked corrupt by qemu; repair it with 'qemu-img check -r all'"
+        )
+    if incompatible & INCOMPAT_COMPRESSION and compression_type not in (COMPRESSION_ZLIB, COMPRESSION_ZSTD):
+        raise UnsupportedImageError(f"{name}: qcow2 compression type {compression_type} is unknown")
+    if not incompatible & INCOMPAT_COMPRESSION and compression_type != COMPRESSION_ZLIB:
+        raise CorruptImageError(
+            f"{name}: qcow2 compression type set without its feature bit; the header is corrupt"
+        )
 
 
 def _validate_l1(source: ByteSource, header: Qcow2Header) -> None:

@@ -33,6 +33,12 @@ def virtual_machine_violations(vm: dict[str, Any]) -> list[str]:
 
     disks = domain.get("devices", {}).get("disks", [])
     volumes = template.get("volumes", [])
+    return problems + _disk_and_volume_violations(disks, volumes)
+
+
+def _disk_and_volume_violations(disks: list[Any], volumes: list[Any]) -> list[str]:
+    """The admitters' rules on disks and volumes: unique names, one volume per disk, boot order, media."""
+    problems: list[str] = []
     disk_names = [d.get("name") for d in disks]
     volume_names = [v.get("name") for v in volumes]
     for name, count in Counter(disk_names).items():

@@ -21,6 +21,7 @@ from typing import Any
 from uds_vm_operator.api.errors import SpecError
 from uds_vm_operator.api.models import ObjectRef, UDSVirtualMachineSpec
 from uds_vm_operator.api.quantity import parse_bytes
+from uds_vm_operator.apiversions import CDI_API_VERSION
 from uds_vm_operator.render.common import (
     ROLE_LABEL,
     ClusterFacts,
@@ -33,7 +34,6 @@ from uds_vm_operator.render.common import (
 from uds_vm_operator.render.datadisks import backup_labels
 from uds_vm_operator.sizing import pvc_size
 
-CDI_API_VERSION = "cdi.kubevirt.io/v1beta1"
 BIND_IMMEDIATE_ANNOTATION = "cdi.kubevirt.io/storage.bind.immediate.requested"
 DEFAULT_ACCESS_MODES = ("ReadWriteOnce",)
 
@@ -54,10 +54,26 @@ def root_access_modes(spec: UDSVirtualMachineSpec) -> list[str]:
 def _cdi_source(owner: Owner, spec: UDSVirtualMachineSpec, facts: ClusterFacts) -> dict[str, Any]:
     """Map ``spec.source`` onto CDI's ``spec.source`` / ``spec.sourceRef`` (one key of the returned dict)."""
     source = spec.source
-    kind = source.kind
     if source.upload is not None:
         # CDI has no upload checksum (issue #4104): never emit one; the operator verifies uploads itself.
         return {"source": {"upload": {}}}
+    remote = _remote_source(spec, facts)
+    if remote is not None:
+        return {"source": remote}
+    if source.pvc is not None:
+        return {"source": {"pvc": _namespaced(source.pvc, owner)}}
+    if source.data_source is not None:
+        return {"sourceRef": {"kind": "DataSource", **_namespaced(source.data_source, owner)}}
+    if source.blank is not None:
+        return {"source": {"blank": {}}}
+    raise SpecError(
+        f"spec.source.{source.kind}: this source kind cannot be rendered; use one of upload, http, ..."
+    )
+
+
+def _remote_source(spec: UDSVirtualMachineSpec, facts: ClusterFacts) -> dict[str, Any] | None:
+    """CDI's ``spec.source`` for an image CDI fetches itself (http, s3, registry); None for the others."""
+    source = spec.source
     if source.http is not None:
         http: dict[str, Any] = {"url": source.http.url}
         if source.http.secret_ref:
@@ -66,30 +82,22 @@ def _cdi_source(owner: Owner, spec: UDSVirtualMachineSpec, facts: ClusterFacts) 
             http["certConfigMap"] = source.http.cert_config_map
         if source.http.checksum and facts.cdi_http_checksum:
             http["checksum"] = source.http.checksum
-        return {"source": {"http": http}}
+        return {"http": http}
     if source.s3 is not None:
         s3: dict[str, Any] = {"url": source.s3.url}
         if source.s3.secret_ref:
             s3["secretRef"] = source.s3.secret_ref
-        return {"source": {"s3": s3}}
+        return {"s3": s3}
     if source.registry is not None:
-        return {
-            "source": {"registry": {"url": source.registry.url, "pullMethod": source.registry.pull_method}}
-        }
-    if source.pvc is not None:
-        return {"source": {"pvc": _namespaced(source.pvc, owner)}}
-    if source.data_source is not None:
-        return {"sourceRef": {"kind": "DataSource", **_namespaced(source.data_source, owner)}}
-    if source.blank is not None:
-        return {"source": {"blank": {}}}
-    raise SpecError(f"spec.source.{kind}: this source kind cannot be rendered; use one of upload, http, ...")
+        return {"registry": {"url": source.registry.url, "pullMethod": source.registry.pull_method}}
+    return None
 
 
 def _namespaced(ref: ObjectRef, owner: Owner) -> dict[str, str]:
     return {"name": ref.name, "namespace": ref.namespace or owner.namespace}
 
 
-def _exact_pvc(
+def exact_pvc(
     size: str, access_modes: list[str], volume_mode: str, storage_class: str | None
 ) -> dict[str, Any]:
     """A ``spec.pvc`` block: passed to the PVC verbatim, so the size stays exactly ``size``."""
@@ -135,7 +143,7 @@ def render_root_datavolume(owner: Owner, spec: UDSVirtualMachineSpec, facts: Clu
     body = _cdi_source(owner, spec, facts)
     size = expected_pvc_size(spec)
     if size is not None:
-        body["pvc"] = _exact_pvc(
+        body["pvc"] = exact_pvc(
             size, root_access_modes(spec), spec.disk.volume_mode, spec.disk.storage_class_name
         )
     elif spec.source.is_clone:
@@ -163,7 +171,7 @@ def render_system_datavolume(owner: Owner, spec: UDSVirtualMachineSpec) -> dict[
     virtual_bytes = parse_bytes(spec.windows.system_disk_size, field="spec.windows.systemDiskSize")
     body: dict[str, Any] = {
         "source": {"blank": {}},
-        "pvc": _exact_pvc(
+        "pvc": exact_pvc(
             pvc_size(virtual_bytes, spec.disk.overhead_percent),
             root_access_modes(spec),
             spec.disk.volume_mode,

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from uds_vm_operator.api.models import Exposure, UDSVirtualMachineSpec
+from uds_vm_operator.apiversions import GATEWAY_API_VERSION
 from uds_vm_operator.render.common import VM_LABEL, Owner, child_metadata, service_name
 
-GATEWAY_API_VERSION = "gateway.networking.k8s.io/v1"
 LAUNCHER_LABELS = {"kubevirt.io": "virt-launcher"}
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from uds_vm_operator.api.models import AllowRule, LabelSelector, NetworkPort, UDSVirtualMachineSpec
+from uds_vm_operator.apiversions import NETWORKING_API_VERSION
 from uds_vm_operator.render.common import VM_LABEL, Owner, child_metadata, netpol_name
 from uds_vm_operator.render.exposure import LAUNCHER_LABELS
 
@@ -125,7 +126,7 @@ def render_network_policy(owner: Owner, spec: UDSVirtualMachineSpec) -> dict[str
     policy_spec["ingress"] = ingress_rules(spec)
     policy_spec["egress"] = egress_rules(spec)
     return {
-        "apiVersion": "networking.k8s.io/v1",
+        "apiVersion": NETWORKING_API_VERSION,
         "kind": "NetworkPolicy",
         "metadata": child_metadata(owner, netpol_name(owner.name)),
         "spec": policy_spec,

@@ -27,11 +27,12 @@ from typing import Any
 
 from uds_vm_operator.api.errors import SpecError
 from uds_vm_operator.api.models import AllowRule, LabelSelector, UDSVirtualMachineSpec
+from uds_vm_operator.apiversions import UDS_PACKAGE_API_VERSION
 from uds_vm_operator.render.common import VM_LABEL, service_name
 from uds_vm_operator.render.exposure import port_name
 from uds_vm_operator.render.networkpolicy import NAMESPACE_NAME_LABEL
 
-PACKAGE_API_VERSION = "uds.dev/v1alpha1"
+PACKAGE_API_VERSION = UDS_PACKAGE_API_VERSION
 PACKAGE_KIND = "Package"
 RULE_SECTIONS = (("network", "allow"), ("network", "expose"), ("monitor",))
 

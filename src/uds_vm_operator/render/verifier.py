@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from uds_vm_operator.apiversions import NETWORKING_API_VERSION
 from uds_vm_operator.render.common import ROLE_LABEL, Owner, child_metadata
 
 VERIFIER_ROLE = "verifier"
@@ -103,7 +104,7 @@ def render_verifier(owner: Owner, request: VerifierRequest) -> list[dict[str, An
 def render_verifier_network_policy(owner: Owner) -> dict[str, Any]:
     """Deny all ingress and egress for the verifier pod: hashing a local volume needs no network."""
     return {
-        "apiVersion": "networking.k8s.io/v1",
+        "apiVersion": NETWORKING_API_VERSION,
         "kind": "NetworkPolicy",
         "metadata": child_metadata(owner, verifier_network_policy_name(owner.name), labels=verifier_labels()),
         "spec": {

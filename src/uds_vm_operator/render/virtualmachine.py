@@ -14,6 +14,7 @@ from typing import Any
 from uds_vm_operator import MANAGED_BY_LABEL
 from uds_vm_operator.api.errors import SpecError
 from uds_vm_operator.api.models import UDSVirtualMachineSpec
+from uds_vm_operator.apiversions import KUBEVIRT_API_VERSION
 from uds_vm_operator.render.common import (
     VM_LABEL,
     ClusterFacts,
@@ -29,7 +30,6 @@ from uds_vm_operator.render.common import (
 from uds_vm_operator.render.datavolume import DEFAULT_ACCESS_MODES, root_access_modes
 from uds_vm_operator.render.sysprep import sysprep_mode
 
-KUBEVIRT_API_VERSION = "kubevirt.io/v1"
 RUN_STRATEGIES = frozenset({"Always", "Halted", "Manual", "RerunOnFailure", "Once"})
 RWX = "ReadWriteMany"
 ROOT_DISK = "rootdisk"

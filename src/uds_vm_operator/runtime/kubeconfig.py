@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from uds_vm_operator.controller.errors import KubeConfigError
+from uds_vm_operator.runtime.errors import KubeConfigError
 
 
 def current_entries(path: str | Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from uds_vm_operator.controller.errors import ControllerError
-from uds_vm_operator.controller.kube import Kind, KubeApi
+from uds_vm_operator.runtime.errors import ControllerError
+from uds_vm_operator.runtime.kube import Kind, KubeApi
 
 CHECK_INTERVAL_S = 60.0
 CONFIRM_S = 10.0
@@ -25,18 +25,13 @@ class ServedKindsChangedError(ControllerError):
     """The API server now serves a different set of the kinds this process watches: restart to follow."""
 
 
-def discovery_path(api_version: str) -> str:
-    """The discovery document of one group-version (``v1`` is the core group)."""
-    return "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-
-
 async def served_kinds(api: KubeApi, kinds: Iterable[Kind]) -> frozenset[Kind]:
     """The subset of ``kinds`` the API server serves right now (one discovery GET per group-version)."""
     wanted = list(kinds)
     served: set[Kind] = set()
     for api_version in sorted({kind.api_version for kind in wanted}):
-        document = await api.request("GET", discovery_path(api_version), what=f"discover {api_version}")
-        plurals = {str(item.get("name")) for item in (document or {}).get("resources") or []}
+        document = await api.discover(api_version)
+        plurals = {str(item.get("name")) for item in document.get("resources") or []}
         served.update(kind for kind in wanted if kind.api_version == api_version and kind.plural in plurals)
     return frozenset(served)
 

@@ -1,9 +1,12 @@
-"""The controller's only door to the API server: typed-by-kind JSON requests over lightkube's client.
+"""The operator's only door to the API server: JSON requests addressed through an open kind registry.
 
-lightkube loads the kubeconfig (or in-cluster service account) and builds the authenticated HTTP client;
-requests are plain JSON dicts, because everything we send is already a rendered manifest. Two request
-parameters matter for correctness and are always set here: ``fieldManager`` (one owner for every field
-we write) and ``fieldValidation=Strict`` (an unknown field is an error, never a silent prune).
+Every kind the operator touches is a :class:`Kind` registered here (:func:`register_kind`; a controller
+registers its own kinds at import), and every request the operator makes is one of :class:`KubeApi`'s
+methods: no module outside ``runtime/`` builds a URL or a query string. Requests go over kopf's aiohttp
+stack (:mod:`.transport`, ADR 0004), or lightkube's httpx client for a kubeconfig that needs an ``exec``
+plugin; bodies are plain JSON dicts, because everything we send is already a rendered manifest. Two
+request parameters matter for correctness and are always set here: ``fieldManager`` (one owner for every
+field we write) and ``fieldValidation=Strict`` (an unknown field is an error, never a silent prune).
 """
 
 from __future__ import annotations
@@ -15,7 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from uds_vm_operator import FIELD_MANAGER
-from uds_vm_operator.controller.errors import KubeApiError, KubeConfigError, KubeUnreachableError
+from uds_vm_operator.apiversions import (
+    APIEXTENSIONS_API_VERSION,
+    CDI_API_VERSION,
+    EVENTS_API_VERSION,
+    GATEWAY_API_VERSION,
+    KOPF_API_VERSION,
+    KUBEVIRT_API_VERSION,
+    NETWORKING_API_VERSION,
+    UDS_API_VERSION,
+)
+from uds_vm_operator.runtime.errors import KubeApiError, KubeConfigError, KubeUnreachableError
 
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 MERGE_CONTENT_TYPE = "application/merge-patch+json"
@@ -34,8 +47,7 @@ class Kind:
         self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
     ) -> str:
         """Return the REST path; ``namespace=None`` on a namespaced kind means all namespaces."""
-        prefix = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
-        parts = [prefix]
+        parts = [discovery_path(self.api_version)]
         if self.namespaced and namespace is not None:
             parts.append(f"namespaces/{namespace}")
         parts.append(self.plural)
@@ -46,45 +58,60 @@ class Kind:
         return "/".join(parts)
 
 
-UDS_VM = Kind("uds.dev/v1alpha1", "UDSVirtualMachine", "udsvirtualmachines")
-DATA_VOLUME = Kind("cdi.kubevirt.io/v1beta1", "DataVolume", "datavolumes")
-DATA_SOURCE = Kind("cdi.kubevirt.io/v1beta1", "DataSource", "datasources")
-VIRTUAL_MACHINE = Kind("kubevirt.io/v1", "VirtualMachine", "virtualmachines")
-VIRTUAL_MACHINE_INSTANCE = Kind("kubevirt.io/v1", "VirtualMachineInstance", "virtualmachineinstances")
-SECRET = Kind("v1", "Secret", "secrets")
-PVC = Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims")
-SERVICE = Kind("v1", "Service", "services")
-NETWORK_POLICY = Kind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies")
-HTTP_ROUTE = Kind("gateway.networking.k8s.io/v1", "HTTPRoute", "httproutes")
-EVENT = Kind("events.k8s.io/v1", "Event", "events")
-CRD = Kind(
-    "apiextensions.k8s.io/v1", "CustomResourceDefinition", "customresourcedefinitions", namespaced=False
+KINDS: dict[tuple[str, str], Kind] = {}
+"""The registry: ``(apiVersion, kind)`` → :class:`Kind`. Open: controllers add their own kinds."""
+
+
+def register_kind(kind: Kind) -> Kind:
+    """Add ``kind`` to the registry and return it (so a module can write ``X = register_kind(Kind(...))``).
+
+    Registering the same kind twice is harmless; a second, different plural for one kind is a programming
+    error, because requests for it would go to two URLs.
+    """
+    key = (kind.api_version, kind.kind)
+    known = KINDS.setdefault(key, kind)
+    if known != kind:
+        raise ValueError(f"{kind.api_version} {kind.kind} is already registered as {known}")
+    return known
+
+
+UDS_VM = register_kind(Kind(UDS_API_VERSION, "UDSVirtualMachine", "udsvirtualmachines"))
+DATA_VOLUME = register_kind(Kind(CDI_API_VERSION, "DataVolume", "datavolumes"))
+DATA_SOURCE = register_kind(Kind(CDI_API_VERSION, "DataSource", "datasources"))
+VIRTUAL_MACHINE = register_kind(Kind(KUBEVIRT_API_VERSION, "VirtualMachine", "virtualmachines"))
+VIRTUAL_MACHINE_INSTANCE = register_kind(
+    Kind(KUBEVIRT_API_VERSION, "VirtualMachineInstance", "virtualmachineinstances")
+)
+SECRET = register_kind(Kind("v1", "Secret", "secrets"))
+PVC = register_kind(Kind("v1", "PersistentVolumeClaim", "persistentvolumeclaims"))
+SERVICE = register_kind(Kind("v1", "Service", "services"))
+POD = register_kind(Kind("v1", "Pod", "pods"))
+CONFIG_MAP = register_kind(Kind("v1", "ConfigMap", "configmaps"))
+NODE = register_kind(Kind("v1", "Node", "nodes", namespaced=False))
+NETWORK_POLICY = register_kind(Kind(NETWORKING_API_VERSION, "NetworkPolicy", "networkpolicies"))
+HTTP_ROUTE = register_kind(Kind(GATEWAY_API_VERSION, "HTTPRoute", "httproutes"))
+EVENT = register_kind(Kind(EVENTS_API_VERSION, "Event", "events"))
+KOPF_PEERING = register_kind(Kind(KOPF_API_VERSION, "KopfPeering", "kopfpeerings"))
+CLUSTER_KOPF_PEERING = register_kind(
+    Kind(KOPF_API_VERSION, "ClusterKopfPeering", "clusterkopfpeerings", namespaced=False)
+)
+CRD = register_kind(
+    Kind(APIEXTENSIONS_API_VERSION, "CustomResourceDefinition", "customresourcedefinitions", namespaced=False)
 )
 
-KINDS = {
-    (k.api_version, k.kind): k
-    for k in (
-        UDS_VM,
-        DATA_VOLUME,
-        DATA_SOURCE,
-        VIRTUAL_MACHINE,
-        VIRTUAL_MACHINE_INSTANCE,
-        SECRET,
-        PVC,
-        SERVICE,
-        NETWORK_POLICY,
-        HTTP_ROUTE,
-        EVENT,
-        CRD,
-    )
-}
+
+def discovery_path(api_version: str) -> str:
+    """The discovery document of one group-version (``v1`` is the core group)."""
+    return "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
 
 
 def kind_of(manifest: Mapping[str, Any]) -> Kind:
     """Look up the :class:`Kind` of a manifest; an unknown kind is a programming error."""
     key = (str(manifest.get("apiVersion")), str(manifest.get("kind")))
     if key not in KINDS:
-        raise KeyError(f"no API path known for {key[0]} {key[1]}; add it to controller.kube.KINDS")
+        raise KeyError(
+            f"no API path known for {key[0]} {key[1]}; register it with runtime.kube.register_kind"
+        )
     return KINDS[key]
 
 
@@ -123,7 +150,7 @@ class KubeApi:
         needs an ``exec`` plugin or an auth provider is served by lightkube's httpx client.
         ``max_connections`` (0: unbounded) caps open connections: each TLS connection holds its buffers.
         """
-        from uds_vm_operator.controller import transport  # noqa: PLC0415 (lazy: the CLI never needs it)
+        from uds_vm_operator.runtime import transport  # noqa: PLC0415 (lazy: the CLI never needs it)
 
         if path is None or not transport.needs_exec_plugin(path):
             return cls(transport.build_client(path, timeout_s, max_connections=max_connections))
@@ -197,6 +224,10 @@ class KubeApi:
                 return items
             params["continue"] = token
 
+    def _write_params(self, field_manager: str | None = None) -> dict[str, str]:
+        """The two parameters every write carries: one owner for its fields, and Strict field validation."""
+        return {"fieldManager": field_manager or self.field_manager, "fieldValidation": "Strict"}
+
     async def apply(self, manifest: Mapping[str, Any], *, force: bool = True) -> dict[str, Any]:
         """Server-side apply ``manifest`` under our field manager with Strict field validation."""
         kind = kind_of(manifest)
@@ -207,11 +238,7 @@ class KubeApi:
             kind.path(meta.get("namespace"), meta["name"]),
             body=manifest,
             content_type=APPLY_CONTENT_TYPE,
-            params={
-                "fieldManager": self.field_manager,
-                "force": "true" if force else "false",
-                "fieldValidation": "Strict",
-            },
+            params={**self._write_params(), "force": "true" if force else "false"},
             what=what,
         )
         return result or {}
@@ -224,7 +251,7 @@ class KubeApi:
             "POST",
             kind.path(namespace),
             body=manifest,
-            params={"fieldManager": self.field_manager, "fieldValidation": "Strict"},
+            params=self._write_params(),
             what=f"create {kind.kind} in {namespace}",
         )
         return result or {}
@@ -237,26 +264,52 @@ class KubeApi:
         patch: Mapping[str, Any],
         *,
         subresource: str | None = None,
+        field_manager: str | None = None,
     ) -> dict[str, Any]:
-        """JSON merge patch (used for status, where we own the whole object)."""
+        """JSON merge patch (status, where we own the whole object; annotations another manager owns).
+
+        ``field_manager`` (default: ours) names a different owner for the patched fields, as the SI-7
+        verdict annotations do so that our own server-side applies never remove them.
+        """
         result = await self.request(
             "PATCH",
             kind.path(namespace, name, subresource),
             body=patch,
             content_type=MERGE_CONTENT_TYPE,
-            params={"fieldManager": self.field_manager, "fieldValidation": "Strict"},
+            params=self._write_params(field_manager),
             what=f"patch {kind.kind} {namespace}/{name}{'/' + subresource if subresource else ''}",
         )
         return result or {}
 
-    async def delete(self, kind: Kind, namespace: str | None, name: str, *, uid: str | None = None) -> None:
-        """Delete in the background; with ``uid`` only that exact incarnation (never a newer one)."""
-        body: dict[str, Any] = {"propagationPolicy": "Background"}
-        if uid:
-            body["preconditions"] = {"uid": uid}
-        await self.request(
+    async def delete(
+        self,
+        kind: Kind,
+        namespace: str | None,
+        name: str,
+        *,
+        uid: str | None = None,
+        resource_version: str | None = None,
+        propagation: str | None = "Background",
+    ) -> dict[str, Any] | None:
+        """Delete; return the API server's answer, ``None`` when the object was already gone.
+
+        With ``uid`` only that exact incarnation (never a newer one of the same name), with
+        ``resource_version`` only if nobody changed it since it was read. ``propagation`` is the
+        ``propagationPolicy`` (``None``: the kind's default).
+        """
+        body: dict[str, Any] = {}
+        if propagation is not None:
+            body["propagationPolicy"] = propagation
+        preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
+        if preconditions:
+            body["preconditions"] = preconditions
+        return await self.request(
             "DELETE", kind.path(namespace, name), body=body, what=f"delete {kind.kind} {namespace}/{name}"
         )
+
+    async def discover(self, api_version: str) -> dict[str, Any]:
+        """The discovery document of one group-version (``v1`` is the core group); ``{}`` when not served."""
+        return await self.request("GET", discovery_path(api_version), what=f"discover {api_version}") or {}
 
 
 def _transport_errors(http: Any) -> tuple[type[BaseException], ...]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import kopf
 
-    from uds_vm_operator.controller.kube import KubeApi
+    from uds_vm_operator.runtime.kube import KubeApi
 
 log = logging.getLogger("uds_vm_operator.peering")
 
@@ -103,14 +103,14 @@ async def warn_if_peering_object_missing(
     """
     if name is None:
         return []
-    from uds_vm_operator.controller import kube  # noqa: PLC0415 (keeps `uds-vm-operator --help` light)
-    from uds_vm_operator.controller.errors import KubeApiError, KubeUnreachableError  # noqa: PLC0415
+    from uds_vm_operator.runtime import kube  # noqa: PLC0415 (keeps `uds-vm-operator --help` light)
+    from uds_vm_operator.runtime.errors import KubeApiError, KubeUnreachableError  # noqa: PLC0415
 
     if clusterwide:
-        kind = kube.Kind("kopf.dev/v1", "ClusterKopfPeering", "clusterkopfpeerings", namespaced=False)
+        kind = kube.CLUSTER_KOPF_PEERING
         places: list[str | None] = [None]
     else:
-        kind = kube.Kind("kopf.dev/v1", "KopfPeering", "kopfpeerings")
+        kind = kube.KOPF_PEERING
         places = [ns for ns in namespaces if not any(glob in ns for glob in "*?[!")]
     missing: list[str] = []
     for namespace in places:

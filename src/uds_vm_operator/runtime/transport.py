@@ -21,8 +21,8 @@ from typing import Any
 import aiohttp
 import kopf
 
-from uds_vm_operator.controller.errors import KubeConfigError
-from uds_vm_operator.controller.kubeconfig import current_entries
+from uds_vm_operator.runtime.errors import KubeConfigError
+from uds_vm_operator.runtime.kubeconfig import current_entries
 
 TRANSPORT_ERRORS: tuple[type[BaseException], ...] = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 

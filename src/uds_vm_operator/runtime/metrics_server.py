@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 
-from uds_vm_operator.controller.health import read_request_path
 from uds_vm_operator.metrics import OperatorMetrics
+from uds_vm_operator.runtime.health import read_request_path
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _HEAD = f"HTTP/1.1 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\nConnection: close\r\n\r\n".encode()

@@ -21,7 +21,7 @@ import zlib
 from collections.abc import Mapping
 from typing import Any
 
-from uds_vm_operator.controller.kube import Kind
+from uds_vm_operator.runtime.kube import Kind
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False)
 _DECODER = json.JSONDecoder()

@@ -2,8 +2,11 @@
 
 Both controllers turn watch events into keys: a burst of events for one key costs one run of ``process``,
 two workers never process the same key at once (an enqueue during a run marks the key dirty, so it runs
-once more afterwards), and concurrency is capped by the number of workers. What a failure means (logs,
-Events, how the retry is scheduled) stays with the caller; :class:`Backoff` only says how long to wait.
+once more afterwards), and concurrency is capped by the number of workers.
+:meth:`KeyedWorkQueue.enqueue_after` is the one requeue mechanism (retry backoff, the re-check of a
+blocked VM, a pool's progress deadline): at most one pending wake-up per key, the earliest asked for.
+What a failure means (logs, Events) stays with the caller (:mod:`.controller`); :class:`Backoff` only
+says how long to wait.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
-from uds_vm_operator.controller.errors import ControllerError
+from uds_vm_operator.runtime.errors import ControllerError
 
 K = TypeVar("K", bound=Hashable)
 
@@ -32,6 +35,7 @@ class KeyedWorkQueue(Generic[K]):
         self._queued: set[K] = set()
         self._processing: set[K] = set()
         self._dirty: set[K] = set()
+        self._wakeups: dict[K, asyncio.TimerHandle] = {}
         self.completed = 0
         """Runs of ``process`` finished (any outcome): lets a health check or benchmark see progress."""
 
@@ -45,12 +49,41 @@ class KeyedWorkQueue(Generic[K]):
         self._queued.add(key)
         self._queue.put_nowait(key)
 
+    def enqueue_after(self, key: K, delay_s: float) -> None:
+        """Enqueue ``key`` in ``delay_s``; keeps only the earliest pending wake-up per key.
+
+        A later request while an earlier one is pending changes nothing: the earlier run re-decides
+        (level-triggered) and asks again if it still needs to.
+        """
+        loop = asyncio.get_running_loop()
+        when = loop.time() + delay_s
+        current = self._wakeups.get(key)
+        if current is not None and not current.cancelled() and current.when() <= when:
+            return
+        if current is not None:
+            current.cancel()
+        self._wakeups[key] = loop.call_at(when, self._wake, key)
+
+    def cancel_wakeup(self, key: K) -> None:
+        """Drop ``key``'s pending wake-up, if any (the object is gone)."""
+        handle = self._wakeups.pop(key, None)
+        if handle is not None:
+            handle.cancel()
+
+    def pending_wakeups(self) -> int:
+        """How many keys wait for a wake-up (tests and health read it)."""
+        return len(self._wakeups)
+
+    def _wake(self, key: K) -> None:
+        self._wakeups.pop(key, None)
+        self.enqueue(key)
+
     def idle(self) -> bool:
         """True when nothing is queued or running (benchmarks and tests wait for this)."""
         return not self._queued and not self._processing
 
     async def run(self) -> None:
-        """Run the worker pool until cancelled."""
+        """Run the worker pool until cancelled; pending wake-ups die with it."""
         tasks = [
             asyncio.create_task(self._worker(), name=f"{self._name}-worker-{i}") for i in range(self.workers)
         ]
@@ -60,6 +93,9 @@ class KeyedWorkQueue(Generic[K]):
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            for handle in self._wakeups.values():
+                handle.cancel()
+            self._wakeups.clear()
 
     async def _worker(self) -> None:
         while True:

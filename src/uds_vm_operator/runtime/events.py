@@ -12,6 +12,8 @@ import socket
 from collections.abc import Mapping
 from typing import Any
 
+from uds_vm_operator.apiversions import EVENTS_API_VERSION
+
 REPORTING_CONTROLLER = "uds.dev/uds-vm-operator"
 NOTE_LIMIT = 1024
 
@@ -35,7 +37,7 @@ def build_event(
     meta = owner.get("metadata") or {}
     suffix = hashlib.sha256(f"{meta.get('uid')}/{reason}/{event_time}".encode()).hexdigest()[:12]
     return {
-        "apiVersion": "events.k8s.io/v1",
+        "apiVersion": EVENTS_API_VERSION,
         "kind": "Event",
         "metadata": {"name": f"{meta.get('name')}.{suffix}", "namespace": meta.get("namespace")},
         "eventTime": event_time,

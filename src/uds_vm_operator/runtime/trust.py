@@ -18,8 +18,8 @@ from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
-from uds_vm_operator.controller.errors import KubeConfigError
-from uds_vm_operator.controller.kubeconfig import current_entries
+from uds_vm_operator.runtime.errors import KubeConfigError
+from uds_vm_operator.runtime.kubeconfig import current_entries
 
 SERVICE_ACCOUNT_CA = Path("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt")
 TRUST_VARIABLES = ("SSL_CERT_FILE", "SSL_CERT_DIR")
