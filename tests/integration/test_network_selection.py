@@ -49,7 +49,11 @@ def test_a_policy_whose_selector_matches_no_launcher_pod_is_not_isolation(
         netpol_path(namespace, "web-netpol"), {"spec": {"podSelector": {"matchLabels": {"owner-team": "a"}}}}
     )
     policy = api.get(netpol_path(namespace, "web-netpol")) or {}
-    assert policy["spec"]["podSelector"]["matchLabels"] == {"uds.dev/vm": "web", "owner-team": "a"}
+    assert policy["spec"]["podSelector"]["matchLabels"] == {
+        "uds.dev/vm": "web",
+        "kubevirt.io": "virt-launcher",
+        "owner-team": "a",
+    }
     status = wait_isolation(api, operator, namespace, ("False", "NetworkPolicySelectsNoPod", False))
     assert "virt-launcher" in condition(status, "NetworkIsolated")["message"]
 
