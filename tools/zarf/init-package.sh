@@ -41,7 +41,7 @@ if [ ! -f "$archive" ]; then
   chmod 1777 "$rootfs/tmp"
   printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' > "$rootfs/etc/passwd"
   printf 'root:x:0:\nnonroot:x:65532:\n' > "$rootfs/etc/group"
-  install -m 0700 "$zarf" "$rootfs/zarf"
+  install -m 0755 "$zarf" "$rootfs/zarf"
   ctr="$(buildah from scratch)"
   buildah add --quiet "$ctr" "$rootfs" / >/dev/null
   buildah config --user 65532:65532 --cmd '["/zarf","internal","agent","--log-level=info","--log-format=console","--no-color"]' \
