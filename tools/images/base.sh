@@ -23,7 +23,7 @@ python_packages="python3,python3-venv,passwd,libatomic1"
 for tool in buildah mmdebstrap gcc curl; do
   command -v "$tool" >/dev/null || die "$tool is missing: run tools/images/ensure-deps.sh"
 done
-[ -x /bin/busybox ] && /bin/busybox --list | grep -qx httpd || die "static busybox missing: run tools/images/ensure-deps.sh"
+[ -x /bin/busybox ] && /bin/busybox --list | grep -x httpd >/dev/null || die "static busybox missing: run tools/images/ensure-deps.sh"
 pause_dir="$(GOFLAGS= go env GOMODCACHE)/k8s.io/kubernetes@${K8S_VERSION}/build/pause"
 [ -f "$pause_dir/linux/pause.c" ] || die "pause.c not found in $pause_dir (make envtest-bins downloads the k8s.io/kubernetes module)"
 pause_tag="$(awk -F'[ ?=]+' '$1 == "TAG" {print $2}' "$pause_dir/Makefile")"

@@ -8,7 +8,7 @@ command -v mmdebstrap >/dev/null || missing+=(mmdebstrap)
 command -v gcc >/dev/null || missing+=(gcc libc6-dev)
 command -v docker-registry >/dev/null || missing+=(docker-registry)
 command -v curl >/dev/null || missing+=(curl)
-{ [ -x /bin/busybox ] && /bin/busybox --list | grep -qx httpd; } || missing+=(busybox-static)
+{ [ -x /bin/busybox ] && /bin/busybox --list | grep -x httpd >/dev/null; } || missing+=(busybox-static)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "error: missing ${missing[*]}; install them with: sudo apt-get install -y ${missing[*]}" >&2
