@@ -72,6 +72,19 @@ def package(zarf: Path, zarf_env: dict[str, str], tmp_path_factory: pytest.TempP
 
 @pytest.fixture
 def zarf_initialised(node: NodeHandle, zarf: Path, zarf_env: dict[str, str]) -> Iterator[None]:
+    # `zarf init` labels every namespace; one still terminating from an earlier test vanishes under it and
+    # the init fails ("namespaces ... not found"), so wait until none is terminating.
+    wait_until(
+        "no terminating namespace before zarf init",
+        lambda: (
+            not [
+                n
+                for n in node.api.items("/api/v1/namespaces")
+                if (n.get("status") or {}).get("phase") == "Terminating"
+            ]
+        ),
+        timeout_s=300,
+    )
     init_pkg = Path(
         run([str(ROOT / "tools/zarf/init-package.sh")], env=zarf_env, what="init package").strip()
     )
