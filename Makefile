@@ -131,7 +131,7 @@ demo: install system-deps node-deps envtest-bins node-bins helm-bin ## the main 
 	$(PY) tools/demo.py
 
 # --- Real CDI on the real node (issue 15; tools/cdi, ADR 0007) ---
-.PHONY: cdi-bins cdi-images cdi-up test-cdi-images
+.PHONY: cdi-bins cdi-images cdi-up cdi-down test-cdi-images
 cdi-bins: ## build (or reuse) CDI's binaries from its Go module into ~/.cache/uds-vm-operator
 	@tools/cdi/build.sh >/dev/null
 
@@ -143,6 +143,9 @@ test-cdi-images: install system-deps cdi-images ## CDI's importer run inside our
 
 cdi-up: install cdi-images node-up ## install the real CDI (cdi-operator + CDI resource) on the real node; idempotent
 	$(PY) tools/cdi/install.py --state-dir $(ENVTEST_DIR)
+
+cdi-down: install ## uninstall the real CDI (its operator removes its workloads); the plane gets CDI's CRDs back
+	$(PY) tools/cdi/install.py --state-dir $(ENVTEST_DIR) --down
 
 clean: cluster-down ## remove the virtualenv and local state (the binary cache in ~/.cache stays)
 	rm -rf $(VENV) $(ENVTEST_DIR) .mypy_cache .ruff_cache .pytest_cache

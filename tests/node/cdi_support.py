@@ -17,12 +17,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from node_cluster import NodeHandle, wait_until
+from node_cluster import NodeHandle, running_operator, wait_until
 
 from cdi_images.disk_images import MIB, DiskImage, image_server, make_image
-from integration.operator_harness import OperatorProcess
 
-__all__ = ["MIB", "DiskImage", "bridge_image_server", "make_image"]
+__all__ = ["MIB", "DiskImage", "bridge_image_server", "make_image", "running_operator"]
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE_ADDRESS = "10.244.0.1"  # the node's bridge address: importer pods reach it, not the host's loopback
@@ -135,18 +134,6 @@ RESTRICTED = {
     "pod-security.kubernetes.io/enforce-version": "latest",
 }
 UDSVM_API = "/apis/uds.dev/v1alpha1"
-
-
-@contextmanager
-def running_operator(node: NodeHandle, namespace: str, log_dir: Path) -> Iterator[OperatorProcess]:
-    """The operator as a real process watching `namespace`; its log is printed when the test ends."""
-    process = OperatorProcess(node.kubeconfig, namespace, log_dir)
-    process.start()
-    try:
-        yield process
-    finally:
-        process.stop()
-        print(f"--- operator log ---\n{process.logs()}")
 
 
 def http_udsvm(

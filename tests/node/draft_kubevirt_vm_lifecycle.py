@@ -25,7 +25,7 @@ from kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the session fixture
     vm_path,
     vmi_path,
 )
-from node_cluster import NodeHandle, wait_until
+from node_cluster import NodeHandle, running_operator, wait_until
 
 from integration.operator_harness import OperatorProcess
 from uds_vm_operator.api.quantity import parse_bytes
@@ -37,13 +37,8 @@ DV_API = "/apis/cdi.kubevirt.io/v1beta1"
 
 @pytest.fixture
 def operator(kubevirt: NodeHandle, ns: str, tmp_path: Path) -> Iterator[OperatorProcess]:
-    process = OperatorProcess(kubevirt.kubeconfig, ns, tmp_path / "logs")
-    process.start()
-    try:
+    with running_operator(kubevirt, ns, tmp_path / "logs") as process:
         yield process
-    finally:
-        process.stop()
-        print(f"--- operator log ---\n{process.logs()}")
 
 
 def udsvm(namespace: str, name: str = "web") -> dict[str, Any]:

@@ -11,7 +11,8 @@ import os
 import secrets
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -20,7 +21,7 @@ import node_configs as cfg
 import volumes
 
 import node
-from integration.operator_harness import Api
+from integration.operator_harness import Api, OperatorProcess
 
 T = TypeVar("T")
 
@@ -200,3 +201,22 @@ def _run_dir(state_dir: Path) -> Path:
 
 def dumps(obj: Any) -> str:
     return json.dumps(obj, indent=1, sort_keys=True)
+
+
+@contextmanager
+def running_operator(
+    node: NodeHandle, namespace: str, log_dir: Path, image: str | None = None
+) -> Iterator[OperatorProcess]:
+    """The operator as a real host process watching `namespace`; its log is printed when the test ends.
+
+    image: the operator image its verifier pods run (the one built in this run); without it the operator's
+    default reference is used, which suits tests that never start a verifier pod.
+    """
+    environment = None if image is None else {**os.environ, "UDS_VM_OPERATOR_IMAGE": image}
+    process = OperatorProcess(node.kubeconfig, namespace, log_dir, environment=environment)
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
+        print(f"--- operator log ---\n{process.logs()}")

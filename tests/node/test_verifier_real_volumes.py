@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import volumes
-from node_cluster import NodeHandle, wait_until
+from node_cluster import NodeHandle, running_operator, wait_until
 
 from integration.operator_harness import OperatorProcess
 from uds_vm_operator.api.quantity import parse_bytes
@@ -42,17 +42,11 @@ def restricted_ns(node: NodeHandle) -> Iterator[str]:
 
 @pytest.fixture
 def operator(
-    node: NodeHandle, operator_image: str, restricted_ns: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    node: NodeHandle, operator_image: str, restricted_ns: str, tmp_path: Path
 ) -> Iterator[OperatorProcess]:
     """The operator as a host process (the chart tier runs it as a pod); its verifier pods run for real."""
-    monkeypatch.setenv("UDS_VM_OPERATOR_IMAGE", operator_image)
-    process = OperatorProcess(node.kubeconfig, restricted_ns, tmp_path / "logs")
-    process.start()
-    try:
+    with running_operator(node, restricted_ns, tmp_path / "logs", operator_image) as process:
         yield process
-    finally:
-        process.stop()
-        print(f"--- operator log ---\n{process.logs()}")
 
 
 def udsvm(namespace: str, digest: str, volume_mode: str) -> dict[str, Any]:

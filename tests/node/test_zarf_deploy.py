@@ -43,6 +43,8 @@ ZARF_VERSION = next(
     for line in (ROOT / "versions.env").read_text().splitlines()
     if line.startswith("ZARF_VERSION=")
 )
+# What every zarf command that changes the cluster runs with: our cache, plain console lines for the log.
+CONSOLE_FLAGS = ("--zarf-cache", str(ZARF_CACHE), "--log-format", "console", "--no-color")
 
 
 def run(args: list[str], *, env: dict[str, str], cwd: Path | None = None, what: str) -> str:
@@ -99,11 +101,7 @@ def zarf_initialised(node: NodeHandle, zarf: Path, zarf_env: dict[str, str]) -> 
             "zarf-push",
             "--registry-push-password",
             "unused-by-the-loopback-registry",
-            "--zarf-cache",
-            str(ZARF_CACHE),
-            "--log-format",
-            "console",
-            "--no-color",
+            *CONSOLE_FLAGS,
         ],
         env=zarf_env,
         cwd=init_pkg.parent,  # zarf init finds zarf-init-<arch>-<version>.tar.zst in the working directory
@@ -235,11 +233,7 @@ def test_the_zarf_package_is_built_inspected_initialised_and_deployed_and_its_op
             str(package),
             "--confirm",
             "--adopt-existing-resources",
-            "--zarf-cache",
-            str(ZARF_CACHE),
-            "--log-format",
-            "console",
-            "--no-color",
+            *CONSOLE_FLAGS,
         ],
         env=zarf_env,
         what="zarf package deploy",

@@ -2,6 +2,10 @@
 working `node-up`, and `cluster-down` leaves nothing behind — no process, mount, veth, bridge, loop device,
 network namespace, ipset or iptables chain/rule that was not there before the node came up.
 
+Two crashes: after the first, `node-up` in the same state dir (a user's `.envtest`); after the second,
+`node-up` in a new state dir, as the next CI run after a killed one does: it must find the dead node and
+remove its pods' sandboxes, mounts and chains before it starts.
+
 Runs last in the tier (file name), and leaves the session's node stopped.
 """
 
@@ -9,8 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
 import host_baseline
@@ -56,6 +62,22 @@ def _loop_devices_backed_by(folder: Path) -> list[str]:
     ]
 
 
+def _crash(state: Path) -> None:
+    """Every process we started dies at once; containers and shims keep running, as after an OOM."""
+    for record in _all_records(state):
+        if record.is_alive():
+            os.kill(record.pid, signal.SIGKILL)
+
+
+def _iptables_drift(before: dict[str, list[str]], now: dict[str, list[str]]) -> dict[str, object]:
+    """What differs from the baseline, chain by chain (the assertion message names the culprit)."""
+    return {
+        chain: {"before": before.get(chain), "now": now.get(chain)}
+        for chain in sorted(set(before) | set(now))
+        if before.get(chain) != now.get(chain)
+    }
+
+
 def test_a_crashed_node_comes_back_and_cluster_down_leaves_nothing(node: NodeHandle) -> None:
     state = node.state_dir.resolve()
     paths = node_launcher.paths_for(state)
@@ -66,11 +88,8 @@ def test_a_crashed_node_comes_back_and_cluster_down_leaves_nothing(node: NodeHan
     node.client_pod(ns, "survivor", {"app": "survivor"})
     node.volume(16 * 1024 * 1024, "Filesystem", "ext4")
 
-    # The crash: every process we started dies at once; containers and shims keep running, as after an OOM.
-    for record in _all_records(state):
-        if record.is_alive():
-            os.kill(record.pid, signal.SIGKILL)
     node.api.close()
+    _crash(state)
 
     node_launcher.up(state)
     assert node_launcher.status(state, quiet=True), "node-up after a crash brings a Ready node back"
@@ -85,12 +104,20 @@ def test_a_crashed_node_comes_back_and_cluster_down_leaves_nothing(node: NodeHan
     finally:
         again.api.close()
 
-    removed = node_launcher.down(state, stop_plane=True)
+    # The second crash, with a pod running; the next node starts in a state dir of its own.
+    _crash(state)
+    assert host_baseline.mounts_under(state, paths.run_dir), "the crash left the pods' mounts (the premise)"
+    fresh = Path(tempfile.mkdtemp(prefix="udsn-", dir="/tmp"))  # as the conftest makes one
+    node_launcher.up(fresh)
+    assert not host_baseline.mounts_under(state, paths.run_dir), "node-up removed the dead node's mounts"
+    fresh_paths = node_launcher.paths_for(fresh)
+    assert (fresh / "pids.json").is_file() and fresh_paths.pids.is_file()
+    removed = node_launcher.down(fresh, stop_plane=True)
     assert removed, "down removed what the node had made"
-    assert not _processes_mentioning(str(state), str(paths.run_dir)), (
-        "no process of the node or plane is left"
+    assert not _processes_mentioning(str(state), str(paths.run_dir), str(fresh), str(fresh_paths.run_dir)), (
+        "no process of either node or plane is left"
     )
-    assert not host_baseline.mounts_under(state, paths.run_dir), "no mount is left"
+    assert not host_baseline.mounts_under(state, paths.run_dir, fresh, fresh_paths.run_dir), "a mount is left"
     assert (
         subprocess.run(["ip", "link", "show", cfg.BRIDGE], capture_output=True, check=False).returncode != 0
     ), "the bridge is gone"
@@ -98,11 +125,13 @@ def test_a_crashed_node_comes_back_and_cluster_down_leaves_nothing(node: NodeHan
     assert [n for n in host_baseline.netns_names() if n not in baseline.netns] == [], (
         "no network namespace is left"
     )
-    assert not _loop_devices_backed_by(state), "no loop device is left"
+    assert not _loop_devices_backed_by(state) and not _loop_devices_backed_by(fresh), "no loop device is left"
     assert host_baseline.ipset_names() == baseline.ipsets, "no ipset is left"
     for tool, tables in baseline.iptables.items():
         for table, chains in tables.items():
-            assert host_baseline.iptables_rules(tool, table) == chains, f"{tool} -t {table} is as it was"
+            now = host_baseline.iptables_rules(tool, table)
+            assert now == chains, f"{tool} -t {table} is not as it was: {_iptables_drift(chains, now)}"
     assert host_baseline.kubepods_pids(baseline) == set()
     assert all(host_baseline.read_sysctl(k) == v for k, v in baseline.sysctls.items()), "sysctls restored"
-    assert not paths.pids.exists() and not (state / "pids.json").exists()
+    assert not fresh_paths.pids.exists() and not (fresh / "pids.json").exists()
+    shutil.rmtree(fresh)

@@ -10,6 +10,11 @@ Steps, each idempotent so `make cdi-up` can run again on a live cluster:
 4. apply the `CDI` resource whose `spec.config` is what the tests rely on (filesystem overhead, pull policy);
 5. wait, bounded, until the operator reports the `CDI` resource `Deployed` and the three Deployments it
    created (controller, apiserver, uploadproxy) are available.
+
+`--down` (`make cdi-down`) undoes it the way a site uninstalls CDI: delete the `CDI` resource (cdi-operator
+removes what it deployed, workloads included: `uninstallStrategy: RemoveWorkloads`), then cdi-operator's own
+resources; finally the plane gets its copies of CDI's CRDs back, so the cluster is the one the played tier
+knows (a DataVolume is stored, and nothing reconciles it).
 """
 
 from __future__ import annotations
@@ -27,11 +32,14 @@ from lightkube import ApiError, Client, KubeConfig, codecs
 from lightkube.generic_resource import create_global_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.core_v1 import Namespace
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT / "tools" / "envtest"))
 
+import controlplane  # noqa: E402
+from fetch_crds import ensure_crds  # noqa: E402
 from pinned_versions import read_versions_env  # noqa: E402
 
 NAMESPACE = "cdi"
@@ -206,17 +214,82 @@ def wait_deployed(client: Client, timeout_s: float) -> None:
     )
 
 
+def _gone(client: Client, kind: Any, name: str, namespace: str | None, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            client.get(kind, name=name, namespace=namespace)
+        except ApiError as error:
+            if error.status.code == 404:
+                return True
+            raise
+        time.sleep(1)
+    return False
+
+
+def _delete(client: Client, kind: Any, name: str, namespace: str | None = None) -> None:
+    try:
+        client.delete(kind, name=name, namespace=namespace)
+    except ApiError as error:
+        if error.status.code != 404:
+            raise
+
+
+def plane_cdi_crds() -> list[dict[str, Any]]:
+    """The CDI CRDs as the test control plane installs them (the cached upstream copies)."""
+    return [
+        doc
+        for doc in controlplane.load_crd_documents([ensure_crds()])
+        if str(doc["spec"]["group"]).endswith(CDI_GROUP_SUFFIX)
+    ]
+
+
+def uninstall(
+    client: Client, state_dir: Path, operator_documents: Sequence[dict[str, Any]], timeout_s: float
+) -> None:
+    """`make cdi-down`: CDI removed by its own operator, then the operator, then the plane's CRDs back."""
+    _delete(client, CDI_KIND, "cdi")
+    if not _gone(client, CDI_KIND, "cdi", None, timeout_s):
+        raise SystemExit(
+            f"the CDI resource is still there after {timeout_s:.0f} s (cdi-operator's finalizer)"
+        )
+    for doc in reversed(operator_documents):
+        obj = codecs.from_dict(doc)
+        _delete(client, type(obj), str(obj.metadata.name), obj.metadata.namespace)
+    _delete(client, Namespace, NAMESPACE)
+    # CRDs cdi-operator created for itself go too: the plane's copies carry only the plane's field manager.
+    names = [str(doc["metadata"]["name"]) for doc in plane_cdi_crds()]
+    for name in names:
+        _delete(client, CustomResourceDefinition, name)
+    for name in names:
+        if not _gone(client, CustomResourceDefinition, name, None, timeout_s):
+            raise SystemExit(f"CRD {name} still terminating after {timeout_s:.0f} s")
+    if not _gone(client, Namespace, NAMESPACE, None, timeout_s):
+        raise SystemExit(f"namespace {NAMESPACE} still terminating after {timeout_s:.0f} s")
+    plane = controlplane.attach(state_dir)
+    if plane is None:
+        raise SystemExit(f"no control plane recorded in {state_dir}")
+    controlplane.install_crds(plane, plane_cdi_crds())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """`make cdi-up`: push CDI's images, install cdi-operator and a CDI resource, wait until CDI serves."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--state-dir", type=Path, default=ROOT / ".envtest")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--down", action="store_true", help="uninstall CDI; give the plane its CRDs back")
     args = parser.parse_args(argv)
     version = read_versions_env()["CDI_VERSION"]
     registry = (args.state_dir / "registry").read_text().strip()
     bin_dir = Path(_run([str(HERE / "build.sh")]))
-    _run([str(HERE / "images.sh"), "--push", registry])
     client = Client(KubeConfig.from_file(args.state_dir / "kubeconfig"), field_manager=FIELD_MANAGER)
+    if args.down:
+        start = time.monotonic()
+        operator = _rendered_operator(bin_dir / "manifest-generator", registry, version)
+        uninstall(client, args.state_dir, operator, args.timeout)
+        print(f"CDI {version} uninstalled in {time.monotonic() - start:.0f} s; the plane's CDI CRDs are back")
+        return 0
+    _run([str(HERE / "images.sh"), "--push", registry])
     _apply(client, [namespace_resource()])
     handed = hand_over_crds(client)
     if handed:

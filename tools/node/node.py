@@ -563,6 +563,7 @@ def up(state_dir: Path, *, tie_to_parent: bool = False) -> tuple[controlplane.Co
         if _load_records(paths) or paths.host_state.is_file():
             print("found a stale or partial node; cleaning it up first", file=sys.stderr)
             _down_locked(state_dir, stop_plane=False)
+        _clean_up_after_crashed_owner(paths)
         _claim(paths)
         bins = node_bin_dir()
         paths.node_dir.mkdir(parents=True, exist_ok=True)
@@ -679,9 +680,8 @@ def _down_locked(state_dir: Path, *, stop_plane: bool) -> list[str]:
     host_baseline.kill_pids(_shim_pids(paths))
     stop([r for r in records if r.name in ("containerd", "registry")], timeout_s=10.0)
     time.sleep(0.2)
+    # A process that would not die must not stop the clean-up: its marks go anyway, and we say so at the end.
     still = [r.name for r in records if r.is_alive()]
-    if still:
-        raise NodeError(f"could not stop {', '.join(still)}")
     # 2. Mounts (kubelet volumes, containerd's overlays and shm), then network namespaces and veths.
     removed += host_baseline.unmount_under(paths.node_dir, paths.run_dir)
     if baseline is not None:
@@ -711,7 +711,28 @@ def _down_locked(state_dir: Path, *, stop_plane: bool) -> list[str]:
         (state_dir / name).unlink(missing_ok=True)
     if _owner() == paths.state_dir:
         OWNER_FILE.unlink(missing_ok=True)
+    if still:
+        raise NodeError(f"could not stop {', '.join(still)} (everything else the node made is removed)")
     return removed
+
+
+def _clean_up_after_crashed_owner(paths: cfg.NodePaths) -> None:
+    """Remove what a node that died without `node-down` left on the machine, before another node starts.
+
+    A test run killed by CI's timeout (or a reboot-less OOM) kills our processes through PDEATHSIG but runs no
+    clean-up: pod sandboxes, their veths and network namespaces, kubelet mounts and iptables chains stay. The
+    next run, usually in a new temporary state dir, finds the dead node through the owner file.
+    """
+    owner = _owner()
+    if owner is None or owner == paths.state_dir:
+        return
+    crashed = cfg.NodePaths(owner, _run_dir(owner))
+    if _node_alive(crashed):
+        return  # a live node of another checkout: _claim refuses to start beside it
+    if crashed.host_state.is_file() or host_baseline.mounts_under(crashed.node_dir, crashed.run_dir):
+        print(f"the node of {owner} died without node-down; removing what it left first", file=sys.stderr)
+        with contextlib.suppress(NodeError):
+            _down_locked(owner, stop_plane=False)
 
 
 def _detach_loops(paths: cfg.NodePaths) -> list[str]:

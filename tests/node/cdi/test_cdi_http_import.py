@@ -21,7 +21,6 @@ from cdi_support import (
     await_import,
     bridge_image_server,
     dv_condition,
-    ensure_cdi,
     http_udsvm,
     landed_bytes,
     make_image,
@@ -33,28 +32,15 @@ from node_cluster import NodeHandle, wait_until
 from integration.operator_harness import OperatorProcess
 
 VIRTUAL_SIZE = 16 * MIB
+NAMESPACE = "cdi-http"  # cdi_ns (conftest) names each test's namespace after it
+LABELS = RESTRICTED
 VM = "web"
 DV = f"{VM}-dv"
 
 
-@pytest.fixture(scope="module")
-def cdi(node: NodeHandle) -> NodeHandle:
-    ensure_cdi(node)
-    return node
-
-
 @pytest.fixture
-def restricted_ns(cdi: NodeHandle) -> Iterator[str]:
-    name = cdi.namespace("cdi-http", RESTRICTED)
-    try:
-        yield name
-    finally:
-        cdi.delete_namespace(name)
-
-
-@pytest.fixture
-def operator(cdi: NodeHandle, restricted_ns: str, tmp_path: Path) -> Iterator[OperatorProcess]:
-    with running_operator(cdi, restricted_ns, tmp_path / "logs") as process:
+def operator(cdi: NodeHandle, cdi_ns: str, tmp_path: Path) -> Iterator[OperatorProcess]:
+    with running_operator(cdi, cdi_ns, tmp_path / "logs") as process:
         yield process
 
 
@@ -73,12 +59,12 @@ def import_through_cdi(node: NodeHandle, namespace: str, url: str, digest: str) 
 
 @pytest.mark.parametrize("fmt", ["raw", "qcow2", "qcow2c", "raw.gz", "raw.xz"])
 def test_cdi_imports_the_image_checks_its_digest_and_the_operator_reports_it(
-    cdi: NodeHandle, operator: OperatorProcess, restricted_ns: str, tmp_path: Path, fmt: str
+    cdi: NodeHandle, operator: OperatorProcess, cdi_ns: str, tmp_path: Path, fmt: str
 ) -> None:
     image = make_image(tmp_path / "srv", fmt, VIRTUAL_SIZE)
     digest = "sha256:" + image.served_sha256
     with bridge_image_server(tmp_path / "srv") as (base, requests):
-        target, dv = import_through_cdi(cdi, restricted_ns, f"{base}/{image.path.name}", digest)
+        target, dv = import_through_cdi(cdi, cdi_ns, f"{base}/{image.path.name}", digest)
     assert dv["spec"]["source"]["http"]["checksum"] == digest, "the operator handed the digest to CDI"
     assert dv["status"]["phase"] == "Succeeded", dv["status"]
     assert any(f"GET /{image.path.name}" in line for line in requests), (
@@ -86,13 +72,13 @@ def test_cdi_imports_the_image_checks_its_digest_and_the_operator_reports_it(
     )
     assert landed_bytes(target, VIRTUAL_SIZE) == image.raw, "the raw disk CDI wrote is the image's content"
     status = wait_until(
-        "checksumVerified", lambda: (s := status_of(cdi, restricted_ns)).get("checksumVerified") and s, 90
+        "checksumVerified", lambda: (s := status_of(cdi, cdi_ns)).get("checksumVerified") and s, 90
     )
     assert status["verifiedBy"] == "cdi-http-checksum" and status["verifiedDigest"] == digest
 
 
 def test_a_tampered_image_fails_cdis_own_check_and_the_vm_stays_off(
-    cdi: NodeHandle, operator: OperatorProcess, restricted_ns: str, tmp_path: Path
+    cdi: NodeHandle, operator: OperatorProcess, cdi_ns: str, tmp_path: Path
 ) -> None:
     image = make_image(tmp_path / "srv", "qcow2", VIRTUAL_SIZE)
     declared = "sha256:" + image.served_sha256
@@ -101,16 +87,14 @@ def test_a_tampered_image_fails_cdis_own_check_and_the_vm_stays_off(
     image.path.write_bytes(bytes(data))
     assert hashlib.sha256(data).hexdigest() != image.served_sha256
     with bridge_image_server(tmp_path / "srv") as (base, _):
-        target, dv = import_through_cdi(cdi, restricted_ns, f"{base}/{image.path.name}", declared)
+        target, dv = import_through_cdi(cdi, cdi_ns, f"{base}/{image.path.name}", declared)
     assert dv["status"]["phase"] == "Failed", dv["status"]
     running = dv_condition(dv, "Running")
     assert "checksum mismatch" in running.get("message", ""), running
-    status = wait_until(
-        "Failed", lambda: (s := status_of(cdi, restricted_ns)).get("phase") == "Failed" and s, 90
-    )
+    status = wait_until("Failed", lambda: (s := status_of(cdi, cdi_ns)).get("phase") == "Failed" and s, 90)
     assert status["checksumVerified"] is False and not status.get("verifiedBy")
     assert "checksum" in status.get("message", "").lower(), status
-    vm = cdi.api.get(f"/apis/kubevirt.io/v1/namespaces/{restricted_ns}/virtualmachines/{VM}") or {}
+    vm = cdi.api.get(f"/apis/kubevirt.io/v1/namespaces/{cdi_ns}/virtualmachines/{VM}") or {}
     assert vm.get("spec", {}).get("runStrategy") == "Halted", "the VM never started"
     assert target.mount_point is not None and not (target.mount_point / "disk.img").exists(), (
         "CDI removed the bad download"

@@ -23,9 +23,9 @@ from cdi_support import (
     MIB,
     RESTRICTED,
     datavolume,
-    ensure_cdi,
     make_image,
     offer_volume,
+    running_operator,
     vm_status,
     wait_or_diagnose,
 )
@@ -36,45 +36,34 @@ from uds_vm_operator.cli.upload import ClusterClient, request_upload_token
 from uds_vm_operator.cli.upload_proxy import ProxyTarget, stream_upload
 
 VIRTUAL_SIZE = 16 * MIB
+NAMESPACE = "cdi-up"  # cdi_ns (conftest) names each test's namespace after it
+LABELS = RESTRICTED
 VM = "up"
 DV = f"{VM}-dv"
 PROXY_NAME = "cdi-uploadproxy.cdi.svc"  # a name in the proxy's certificate (CDI's cert manager)
 
 
-@pytest.fixture(scope="module")
-def cdi(node: NodeHandle) -> NodeHandle:
-    ensure_cdi(node)
-    return node
-
-
 @pytest.fixture
-def upload_ns(cdi: NodeHandle) -> Iterator[str]:
-    name = cdi.namespace("cdi-up", RESTRICTED)
-    try:
-        yield name
-    finally:
-        cdi.delete_namespace(name)
-
-
-@pytest.fixture
-def operator(
-    cdi: NodeHandle, operator_image: str, upload_ns: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[OperatorProcess]:
+def operator(cdi: NodeHandle, operator_image: str, cdi_ns: str, tmp_path: Path) -> Iterator[OperatorProcess]:
     """The operator as a host process; its verifier pods run the operator's image on the node."""
-    monkeypatch.setenv("UDS_VM_OPERATOR_IMAGE", operator_image)
-    process = OperatorProcess(cdi.kubeconfig, upload_ns, tmp_path / "logs")
-    process.start()
-    try:
+    with running_operator(cdi, cdi_ns, tmp_path / "logs", operator_image) as process:
         yield process
-    finally:
-        process.stop()
-        print(f"--- operator log ---\n{process.logs()}")
 
 
 def vmctl(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "uds_vm_operator.cli.main", *args], capture_output=True, text=True, check=False
     )
+
+
+def vmctl_upload(
+    node: NodeHandle, namespace: str, image: Path, url: str, ca: Path
+) -> subprocess.CompletedProcess[str]:
+    """`uds-vmctl upload` to the real proxy, its TLS checked against CDI's own CA under the proxy's name."""
+    return vmctl(
+        "upload", str(image), "--name", VM, "-n", namespace, "--kubeconfig", str(node.kubeconfig),
+        "--uploadproxy-url", url, "--ca-file", str(ca), "--tls-server-name", PROXY_NAME,
+    )  # fmt: skip
 
 
 def proxy(node: NodeHandle, folder: Path) -> tuple[str, Path]:
@@ -100,8 +89,9 @@ def prep_and_apply(node: NodeHandle, namespace: str, image: Path, out: Path) -> 
     return dict(report)
 
 
-def upload_ready(node: NodeHandle, namespace: str) -> None:
-    """Offer CDI's claims (target and scratch) real volumes and wait until the upload server listens."""
+def upload_ready(node: NodeHandle, namespace: str, folder: Path) -> tuple[str, Path]:
+    """Offer CDI's claims (target and scratch) real volumes, wait until the upload server listens, and
+    return the proxy's URL and CA (see `proxy`)."""
     offer_volume(node, namespace, DV)
     scratch = [False]
 
@@ -114,6 +104,7 @@ def upload_ready(node: NodeHandle, namespace: str) -> None:
         return ((datavolume(node, namespace, DV) or {}).get("status") or {}).get("phase") == "UploadReady"
 
     wait_or_diagnose(node, namespace, f"{DV} UploadReady", ready, 240)
+    return proxy(node, folder)
 
 
 def succeeded(node: NodeHandle, namespace: str) -> None:
@@ -124,65 +115,57 @@ def succeeded(node: NodeHandle, namespace: str) -> None:
 
 
 def test_an_upload_through_the_real_proxy_is_verified_by_the_operator(
-    cdi: NodeHandle, operator: OperatorProcess, upload_ns: str, tmp_path: Path
+    cdi: NodeHandle, operator: OperatorProcess, cdi_ns: str, tmp_path: Path
 ) -> None:
     image = make_image(tmp_path / "img", "qcow2", VIRTUAL_SIZE)
-    report = prep_and_apply(cdi, upload_ns, image.path, tmp_path / "out")
+    report = prep_and_apply(cdi, cdi_ns, image.path, tmp_path / "out")
     assert report["content_sha256"] == "sha256:" + image.raw_sha256
-    upload_ready(cdi, upload_ns)
-    url, ca = proxy(cdi, tmp_path)
-    done = vmctl(
-        "upload", str(image.path), "--name", VM, "-n", upload_ns, "--kubeconfig", str(cdi.kubeconfig),
-        "--uploadproxy-url", url, "--ca-file", str(ca), "--tls-server-name", PROXY_NAME,
-    )  # fmt: skip
+    url, ca = upload_ready(cdi, cdi_ns, tmp_path)
+    done = vmctl_upload(cdi, cdi_ns, image.path, url, ca)
     assert done.returncode == 0, done.stderr
     assert "local digest matches" in done.stderr
-    succeeded(cdi, upload_ns)
+    succeeded(cdi, cdi_ns)
 
     def verified() -> dict[str, Any] | None:
-        status = vm_status(cdi, upload_ns, VM)
+        status = vm_status(cdi, cdi_ns, VM)
         return status if status.get("checksumVerified") else None
 
-    status = wait_or_diagnose(cdi, upload_ns, "the verifier's verdict", verified, 240)
+    status = wait_or_diagnose(cdi, cdi_ns, "the verifier's verdict", verified, 240)
     assert status["verifiedBy"] == "in-cluster-verifier"
     assert status["verifiedDigest"] == report["sha256"]
 
 
 def test_an_altered_image_is_refused_by_the_cli_and_caught_by_the_verifier_when_forced(
-    cdi: NodeHandle, operator: OperatorProcess, upload_ns: str, tmp_path: Path
+    cdi: NodeHandle, operator: OperatorProcess, cdi_ns: str, tmp_path: Path
 ) -> None:
     image = make_image(tmp_path / "img", "qcow2", VIRTUAL_SIZE)
-    prep_and_apply(cdi, upload_ns, image.path, tmp_path / "out")
+    prep_and_apply(cdi, cdi_ns, image.path, tmp_path / "out")
     altered = make_image(tmp_path / "other", "qcow2", VIRTUAL_SIZE, seed=2)
     image.path.write_bytes(altered.path.read_bytes())  # replaced after prep sealed its digests
-    upload_ready(cdi, upload_ns)
-    url, ca = proxy(cdi, tmp_path)
-    refused = vmctl(
-        "upload", str(image.path), "--name", VM, "-n", upload_ns, "--kubeconfig", str(cdi.kubeconfig),
-        "--uploadproxy-url", url, "--ca-file", str(ca), "--tls-server-name", PROXY_NAME,
-    )  # fmt: skip
+    url, ca = upload_ready(cdi, cdi_ns, tmp_path)
+    refused = vmctl_upload(cdi, cdi_ns, image.path, url, ca)
     assert refused.returncode == 1, refused.stderr
     assert "nothing was sent" in refused.stderr
-    dv = datavolume(cdi, upload_ns, DV) or {}
+    dv = datavolume(cdi, cdi_ns, DV) or {}
     assert dv["status"]["phase"] == "UploadReady", "the CLI sent nothing"
 
     # virtctl-style: a token from the real CDI API and the raw bytes, with no local digest check.
     cluster = ClusterClient.connect(cdi.kubeconfig)
     try:
-        token = request_upload_token(cluster, upload_ns, DV)
+        token = request_upload_token(cluster, cdi_ns, DV)
     finally:
         cluster.close()
     stream_upload(ProxyTarget(url, str(ca), server_name=PROXY_NAME), token, image.path)
-    succeeded(cdi, upload_ns)
+    succeeded(cdi, cdi_ns)
 
     def failed() -> dict[str, Any] | None:
-        status = vm_status(cdi, upload_ns, VM)
+        status = vm_status(cdi, cdi_ns, VM)
         return status if status.get("phase") == "Failed" else None
 
-    status = wait_or_diagnose(cdi, upload_ns, "the verifier's mismatch", failed, 240)
+    status = wait_or_diagnose(cdi, cdi_ns, "the verifier's mismatch", failed, 240)
     assert status["checksumVerified"] is False and not status.get("verifiedBy")
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["reason"] == "ChecksumMismatch", ready
     assert "sha256:" + altered.raw_sha256 in ready["message"], "the digest of what really landed"
-    vm = cdi.api.get(f"/apis/kubevirt.io/v1/namespaces/{upload_ns}/virtualmachines/{VM}") or {}
+    vm = cdi.api.get(f"/apis/kubevirt.io/v1/namespaces/{cdi_ns}/virtualmachines/{VM}") or {}
     assert vm.get("spec", {}).get("runStrategy") == "Halted", "the VM never started"

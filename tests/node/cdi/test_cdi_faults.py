@@ -9,7 +9,6 @@ Not covered here: killing cdi-uploadproxy mid-upload.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,6 @@ from cdi_support import (
     await_import,
     bridge_image_server,
     datavolume,
-    ensure_cdi,
     http_udsvm,
     landed_bytes,
     make_image,
@@ -33,23 +31,10 @@ from node_cluster import NodeHandle
 
 VIRTUAL_SIZE = 48 * MIB
 PAUSE_PER_MIB_S = 0.5
+NAMESPACE = "cdi-fault"  # cdi_ns (conftest) names each test's namespace after it
+LABELS = RESTRICTED
 VM = "flaky"
 DV = f"{VM}-dv"
-
-
-@pytest.fixture(scope="module")
-def cdi(node: NodeHandle) -> NodeHandle:
-    ensure_cdi(node)
-    return node
-
-
-@pytest.fixture
-def fault_ns(cdi: NodeHandle) -> Iterator[str]:
-    name = cdi.namespace("cdi-fault", RESTRICTED)
-    try:
-        yield name
-    finally:
-        cdi.delete_namespace(name)
 
 
 def pods(node: NodeHandle, namespace: str, selector: str) -> list[dict[str, Any]]:
@@ -72,46 +57,46 @@ def importer_downloading(node: NodeHandle, namespace: str, requests: list[str]) 
 # (seen in CI, not yet provided for by the test tier).
 @pytest.mark.parametrize("fault", ["importer-pod"])
 def test_a_fault_mid_import_claims_nothing_and_a_retry_ends_verified(
-    cdi: NodeHandle, fault_ns: str, tmp_path: Path, fault: str
+    cdi: NodeHandle, cdi_ns: str, tmp_path: Path, fault: str
 ) -> None:
     image = make_image(tmp_path / "srv", "raw", VIRTUAL_SIZE)
     digest = "sha256:" + image.served_sha256
     with (
-        running_operator(cdi, fault_ns, tmp_path / "logs"),
+        running_operator(cdi, cdi_ns, tmp_path / "logs"),
         bridge_image_server(tmp_path / "srv", PAUSE_PER_MIB_S) as (base, requests),
     ):
         cdi.api.apply(
-            http_udsvm(fault_ns, VM, f"{base}/{image.path.name}", digest, VIRTUAL_SIZE),
-            f"/apis/uds.dev/v1alpha1/namespaces/{fault_ns}/udsvirtualmachines/{VM}",
+            http_udsvm(cdi_ns, VM, f"{base}/{image.path.name}", digest, VIRTUAL_SIZE),
+            f"/apis/uds.dev/v1alpha1/namespaces/{cdi_ns}/udsvirtualmachines/{VM}",
         )
-        target = offer_volume(cdi, fault_ns, DV)
+        target = offer_volume(cdi, cdi_ns, DV)
         importer = wait_or_diagnose(
             cdi,
-            fault_ns,
+            cdi_ns,
             "the importer mid-download",
-            lambda: importer_downloading(cdi, fault_ns, requests),
+            lambda: importer_downloading(cdi, cdi_ns, requests),
             240,
         )
         if fault == "importer-pod":
-            cdi.api.delete(f"/api/v1/namespaces/{fault_ns}/pods/{importer['metadata']['name']}")
+            cdi.api.delete(f"/api/v1/namespaces/{cdi_ns}/pods/{importer['metadata']['name']}")
         else:
             for pod in pods(cdi, "cdi", "cdi.kubevirt.io=cdi-deployment"):
                 cdi.api.delete(f"/api/v1/namespaces/cdi/pods/{pod['metadata']['name']}")
 
         def reported_in_flight() -> dict[str, Any] | None:
-            status = vm_status(cdi, fault_ns, VM)
+            status = vm_status(cdi, cdi_ns, VM)
             return status if status.get("phase") in ("Importing", "Pending") else None
 
-        during = wait_or_diagnose(cdi, fault_ns, "the operator's status mid-import", reported_in_flight, 60)
+        during = wait_or_diagnose(cdi, cdi_ns, "the operator's status mid-import", reported_in_flight, 60)
         assert during["checksumVerified"] is False and not during.get("verifiedBy"), during
-        _, dv = await_import(cdi, fault_ns, DV, timeout_s=600, target=target)
+        _, dv = await_import(cdi, cdi_ns, DV, timeout_s=600, target=target)
         assert dv["status"]["phase"] == "Succeeded", dv["status"]
 
         def verified() -> dict[str, Any] | None:
-            status = vm_status(cdi, fault_ns, VM)
+            status = vm_status(cdi, cdi_ns, VM)
             return status if status.get("checksumVerified") else None
 
-        status = wait_or_diagnose(cdi, fault_ns, "checksumVerified after the retry", verified, 120)
+        status = wait_or_diagnose(cdi, cdi_ns, "checksumVerified after the retry", verified, 120)
     assert status["verifiedBy"] == "cdi-http-checksum" and status["verifiedDigest"] == digest
     assert landed_bytes(target, VIRTUAL_SIZE) == image.raw, "the retried import left the whole disk"
     if fault == "cdi-controller":

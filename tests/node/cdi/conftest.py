@@ -1,0 +1,58 @@
+"""The real-CDI tests share one CDI install: `make cdi-up` before the first, `make cdi-down` after the last.
+
+CDI must not outlive this package. The tests after it *play* CDI (they write a DataVolume's status
+themselves), and a real cdi-controller would reconcile those DataVolumes too. The teardown also proves that
+CDI uninstalls cleanly: nothing of it may be left once its operator has removed it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from cdi_support import ROOT, ensure_cdi
+from node_cluster import NodeHandle
+
+
+def _left_behind(node: NodeHandle) -> list[str]:
+    """CDI's cluster-wide objects still present (webhooks and API services would break every later test)."""
+    left = []
+    for path in (
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+        "/apis/apiregistration.k8s.io/v1/apiservices",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    ):
+        left += [
+            f"{path.rsplit('/', 1)[1]}/{item['metadata']['name']}"
+            for item in node.api.items(path)
+            if "cdi" in item["metadata"]["name"] and "cdi.kubevirt.io" not in item["metadata"]["name"]
+        ]
+    left += [f"namespace/{n}" for n in ("cdi",) if node.api.get(f"/api/v1/namespaces/{n}") is not None]
+    return left
+
+
+@pytest.fixture(scope="package")
+def cdi(node: NodeHandle) -> Iterator[NodeHandle]:
+    """The node with the real CDI on it, for this package's tests only."""
+    ensure_cdi(node)
+    yield node
+    subprocess.run(
+        [sys.executable, str(ROOT / "tools/cdi/install.py"), "--state-dir", str(node.state_dir), "--down"],
+        check=True,
+    )
+    assert _left_behind(node) == [], "cdi-down removed everything CDI had installed"
+    crd = node.api.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/datavolumes.cdi.kubevirt.io")
+    assert crd is not None, "the plane's DataVolume CRD is back for the tests that play CDI"
+
+
+@pytest.fixture
+def cdi_ns(cdi: NodeHandle, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace for one test, named after the module's NAMESPACE and labelled with its LABELS."""
+    name = cdi.namespace(request.module.NAMESPACE, getattr(request.module, "LABELS", None))
+    try:
+        yield name
+    finally:
+        cdi.delete_namespace(name)
