@@ -3,7 +3,7 @@
 Server-side apply keeps a field another manager added, so a ``podSelector`` widened by an extra label
 still compares "in place as rendered" while it selects no pod at all. The operator judges the live policy's
 selector against the live KubeVirt VM's template labels (the labels virt-controller gives the launcher pod,
-tests/node/draft_kubevirt_vm_lifecycle.py) and reports ``NetworkIsolated=False``, never ``zeroTrust: true``.
+tests/node/test_kubevirt_vm_lifecycle.py) and reports ``NetworkIsolated=False``, never ``zeroTrust: true``.
 """
 
 from __future__ import annotations

@@ -9,16 +9,18 @@ import pytest
 
 from uds_vm_operator.api import parse_vm_spec
 from uds_vm_operator.controller import kvm_guard, ssrf
-from uds_vm_operator.controller.platform import (
-    DEFAULT_TTL_S,
-    TTL_ENV,
-    Platform,
+from uds_vm_operator.controller.platform import Platform
+from uds_vm_operator.controller.platform_assess import (
     PlatformAssessment,
-    PlatformFacts,
     assess,
-    facts_ttl_from_env,
     live_migration_condition,
     transition_warnings,
+)
+from uds_vm_operator.controller.platform_facts import (
+    DEFAULT_TTL_S,
+    TTL_ENV,
+    PlatformFacts,
+    facts_ttl_from_env,
     vm_state_storage_class,
 )
 from uds_vm_operator.render import Owner

@@ -6,7 +6,7 @@ import importlib.metadata
 
 import pytest
 
-from uds_vm_operator.controller import platform, pool, udspackage_sync
+from uds_vm_operator.controller import platform_facts, pool, udspackage_sync
 from uds_vm_operator.runtime import kube
 from uds_vm_operator.runtime.kopf_integration import (
     TESTED_KOPF_SERIES,
@@ -36,7 +36,13 @@ def test_an_unregistered_kind_is_refused_with_the_fix() -> None:
 
 @pytest.mark.parametrize(
     "kind",
-    [pool.POOL, pool.CONTROLLER_REVISION, udspackage_sync.PACKAGE, platform.KUBEVIRT, platform.CDI_CONFIG],
+    [
+        pool.POOL,
+        pool.CONTROLLER_REVISION,
+        udspackage_sync.PACKAGE,
+        platform_facts.KUBEVIRT,
+        platform_facts.CDI_CONFIG,
+    ],
 )
 def test_every_controller_kind_is_in_the_registry(kind: kube.Kind) -> None:
     assert kube.KINDS[(kind.api_version, kind.kind)] is kind

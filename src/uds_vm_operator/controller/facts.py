@@ -8,12 +8,12 @@ upgraded, so it is cached for a while instead of being fetched on every reconcil
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from uds_vm_operator.render import ClusterFacts
+from uds_vm_operator.runtime.ttl_cache import TtlCache
 
 DATAVOLUME_CRD = "datavolumes.cdi.kubevirt.io"
 CDI_VERSION = "v1beta1"
@@ -43,8 +43,8 @@ def facts_from_crd(crd: Mapping[str, Any] | None) -> ClusterFacts:
     return ClusterFacts(cdi_http_checksum=cdi_supports_http_checksum(crd))
 
 
-class FactsCache:
-    """Cluster facts refreshed at most every ``ttl_s`` seconds (one GET, not one per reconcile)."""
+class FactsCache(TtlCache[ClusterFacts]):
+    """The renderer's cluster facts from the DataVolume CRD, read at most every ``ttl_s`` seconds."""
 
     def __init__(
         self,
@@ -52,22 +52,7 @@ class FactsCache:
         ttl_s: float = FACTS_TTL_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._fetch_crd = fetch_crd
-        self._ttl_s = ttl_s
-        self._clock = clock
-        self._facts: ClusterFacts | None = None
-        self._fetched_at = 0.0
-        self._lock = asyncio.Lock()
+        async def fetch() -> ClusterFacts:
+            return facts_from_crd(await fetch_crd())
 
-    async def get(self) -> ClusterFacts:
-        """Return cached facts, refreshing them when stale (one fetch even under concurrency)."""
-        async with self._lock:
-            now = self._clock()
-            if self._facts is None or now - self._fetched_at >= self._ttl_s:
-                self._facts = facts_from_crd(await self._fetch_crd())
-                self._fetched_at = now
-            return self._facts
-
-    def invalidate(self) -> None:
-        """Forget the cached facts, e.g. when a CRD event shows CDI was upgraded."""
-        self._facts = None
+        super().__init__(fetch, ttl_s, clock)

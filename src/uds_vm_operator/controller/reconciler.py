@@ -30,8 +30,10 @@ from uds_vm_operator.controller.golden_image import (
     execute_golden_image,
     observe_golden_image,
 )
-from uds_vm_operator.controller.platform import PackageOutcome, Platform, PlatformAssessment
+from uds_vm_operator.controller.platform import PackageOutcome, Platform
+from uds_vm_operator.controller.platform_assess import PlatformAssessment
 from uds_vm_operator.controller.pod_selection import policy_selects_vm
+from uds_vm_operator.controller.pruning import ChildPruner
 from uds_vm_operator.controller.status import (
     REPLACING_REASON,
     Observation,
@@ -164,6 +166,8 @@ class Reconciler(Controller):
         """The operator's own image, run by SI-7 verifier pods (None: the verifier cannot run)."""
         self.platform = Platform(api, vm_known=lambda ns, vm: store.contains(kube.UDS_VM, ns, vm))
         """KVM guard, CDI source allowlist, live-migration note, UDS Package rules (controller.platform)."""
+        self.pruner = ChildPruner(api)
+        """Deletes children a spec change made obsolete (controller.pruning), in the apply step."""
 
     def verify_children(self, namespace: str, name: str) -> None:
         """Until this VM's next successful reconcile, confirm a store miss for a child with one GET.
@@ -281,7 +285,7 @@ class Reconciler(Controller):
         if not (ctx.first_children and not ctx.body.get("status")):
             # A VM never reconciled before (no status, none of its children existed) cannot have stale
             # children: skipping the prune saves three LISTs per new VM at fleet scale.
-            outcome.writes += await self.platform.prune_stale(owner, ctx.body, ctx.children)
+            outcome.writes += await self.pruner.prune_stale(owner, ctx.body, ctx.children)
         outcome.writes += ctx.package.writes
         await self._emit_all(ctx, ctx.package.events)
         outcome.writes += await execute_golden_image(
