@@ -30,7 +30,12 @@ from typing import Any
 import yaml
 from lightkube import ApiError, Client, KubeConfig, codecs
 from lightkube.generic_resource import create_global_resource
+from lightkube.resources.admissionregistration_v1 import (
+    MutatingWebhookConfiguration,
+    ValidatingWebhookConfiguration,
+)
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.apiregistration_v1 import APIService
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Namespace
 
@@ -235,6 +240,13 @@ def _delete(client: Client, kind: Any, name: str, namespace: str | None = None) 
             raise
 
 
+def is_cdi_hook(kind: Any, name: str) -> bool:
+    """CDI's admission webhooks (``cdi-api-...``) and aggregated APIs (``v1beta1.upload.cdi.kubevirt.io``)."""
+    if kind is APIService:
+        return name.endswith("." + CDI_GROUP_SUFFIX)
+    return name.startswith("cdi-")
+
+
 def plane_cdi_crds() -> list[dict[str, Any]]:
     """The CDI CRDs as the test control plane installs them (the cached upstream copies)."""
     return [
@@ -256,6 +268,12 @@ def uninstall(
     for doc in reversed(operator_documents):
         obj = codecs.from_dict(doc)
         _delete(client, type(obj), str(obj.metadata.name), obj.metadata.namespace)
+    # A webhook or aggregated API left pointing at a deleted Service would break every later request for
+    # DataVolumes (and namespace deletion, through discovery): whatever the operator did not remove goes here.
+    for kind in (ValidatingWebhookConfiguration, MutatingWebhookConfiguration, APIService):
+        for obj in client.list(kind):
+            if is_cdi_hook(kind, str(obj.metadata.name)):
+                _delete(client, kind, str(obj.metadata.name))
     _delete(client, Namespace, NAMESPACE)
     # CRDs cdi-operator created for itself go too: the plane's copies carry only the plane's field manager.
     names = [str(doc["metadata"]["name"]) for doc in plane_cdi_crds()]

@@ -17,20 +17,32 @@ from node_cluster import NodeHandle
 
 
 def _left_behind(node: NodeHandle) -> list[str]:
-    """CDI's cluster-wide objects still present (webhooks and API services would break every later test)."""
+    """CDI's webhooks, aggregated APIs and namespace still present (they would break every later test)."""
     left = []
-    for path in (
-        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
-        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
-        "/apis/apiregistration.k8s.io/v1/apiservices",
-        "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    webhook = "/apis/admissionregistration.k8s.io/v1/{}webhookconfigurations"
+
+    def cdi_webhook(name: str) -> bool:
+        return name.startswith("cdi-")
+
+    def cdi_api(name: str) -> bool:
+        return name.endswith(".cdi.kubevirt.io")
+
+    for path, is_cdi in (
+        (webhook.format("validating"), cdi_webhook),
+        (webhook.format("mutating"), cdi_webhook),
+        ("/apis/apiregistration.k8s.io/v1/apiservices", cdi_api),
     ):
         left += [
             f"{path.rsplit('/', 1)[1]}/{item['metadata']['name']}"
             for item in node.api.items(path)
-            if "cdi" in item["metadata"]["name"] and "cdi.kubevirt.io" not in item["metadata"]["name"]
+            if is_cdi(item["metadata"]["name"])
         ]
-    left += [f"namespace/{n}" for n in ("cdi",) if node.api.get(f"/api/v1/namespaces/{n}") is not None]
+    if node.api.get("/api/v1/namespaces/cdi") is not None:
+        left.append("namespace/cdi")
+    if node.api.items("/api/v1/pods", "app.kubernetes.io/component=storage") or node.api.get(
+        "/apis/apps/v1/namespaces/cdi/deployments/cdi-operator"
+    ):
+        left.append("CDI pods")
     return left
 
 
