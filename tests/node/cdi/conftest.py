@@ -39,10 +39,8 @@ def _left_behind(node: NodeHandle) -> list[str]:
         ]
     if node.api.get("/api/v1/namespaces/cdi") is not None:
         left.append("namespace/cdi")
-    if node.api.items("/api/v1/pods", "app.kubernetes.io/component=storage") or node.api.get(
-        "/apis/apps/v1/namespaces/cdi/deployments/cdi-operator"
-    ):
-        left.append("CDI pods")
+    if node.api.items("/api/v1/namespaces/cdi/pods"):
+        left.append("pods in namespace cdi")
     return left
 
 
