@@ -180,15 +180,13 @@ def await_import(
     way; returns (target volume, DV)."""
     if target is None:
         target = offer_volume(node, namespace, dv_name, filesystem)
-    scratch_offered = False
+    offered: set[str] = set()  # scratch claims by UID: a restarted cdi-controller asks for a new one
 
     def finished() -> dict[str, Any] | None:
-        nonlocal scratch_offered
-        if not scratch_offered and node.api.get(
-            f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{dv_name}-scratch"
-        ):
+        scratch = node.api.get(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{dv_name}-scratch")
+        if scratch and scratch["metadata"]["uid"] not in offered and not scratch["spec"].get("volumeName"):
             offer_volume(node, namespace, f"{dv_name}-scratch", filesystem)
-            scratch_offered = True
+            offered.add(scratch["metadata"]["uid"])
         dv = datavolume(node, namespace, dv_name) or {}
         return dv if (dv.get("status") or {}).get("phase") in ("Succeeded", "Failed") else None
 
