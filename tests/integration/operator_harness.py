@@ -13,10 +13,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +24,7 @@ from lightkube.config import client_adapter
 
 from controlplane import free_loopback_port
 from kube_helpers import wait_for
+from owned_process import log_tail, stop_own, wait_until_quiet
 from uds_vm_operator.runtime.kube import load_kubeconfig
 
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION", "CREATE", "UPDATE"})
@@ -245,17 +244,14 @@ class OperatorProcess:
 
     def wait_quiet(self, minimum: int, quiet_s: float = 2.0, timeout_s: float = 60.0) -> int:
         """Wait until at least ``minimum`` reconciles finished and none happened for ``quiet_s``."""
-        deadline = time.monotonic() + timeout_s
-        last, since = -1, time.monotonic()
-        while time.monotonic() < deadline:
-            count = self.reconciles()
-            if count != last:
-                last, since = count, time.monotonic()
-            elif count >= minimum and time.monotonic() - since >= quiet_s:
-                return count
-            time.sleep(0.2)
-        raise AssertionError(
-            f"operator did not settle: {last} reconciles (wanted >= {minimum}); {self.logs()}"
+        return wait_until_quiet(
+            self.reconciles,
+            minimum,
+            quiet_s,
+            timeout_s,
+            lambda last: AssertionError(
+                f"operator did not settle: {last} reconciles (wanted >= {minimum}); {self.logs()}"
+            ),
         )
 
     def stop(self) -> int:
@@ -263,13 +259,7 @@ class OperatorProcess:
         if self.process is None:
             return 0
         process, self.process = self.process, None
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                return process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        return process.wait(timeout=10)
+        return stop_own(process)
 
     def kill(self) -> None:
         """SIGKILL our own PID (crash simulation)."""
@@ -280,7 +270,4 @@ class OperatorProcess:
         process.wait(timeout=10)
 
     def logs(self, limit: int = 6000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-limit:]
-        except OSError:
-            return "<no log>"
+        return log_tail(self.log_path, limit)
