@@ -308,21 +308,6 @@ def _startup(kubeconfig: Path, calibration: dict[str, Any], results: dict[str, A
     names = [f"{kind}{who}{i}" for kind in ("warm", "cold", "up") for who in ("ours", "go") for i in range(9)]
     rendered = write_rendered(scratch / "rendered", namespace, names, fleet_vm, calibration)
     anchor = AnchorProcess(kubeconfig, namespace, rendered, scratch / "logs", workers=WORKERS)
-    ours_argv = [
-        sys.executable,
-        "-m",
-        "uds_vm_operator.operator_main",
-        "run",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--namespace",
-        namespace,
-        "--standalone",
-        "--bind-address",
-        "127.0.0.1",
-        "--log-level",
-        "WARNING",
-    ]
     samples: dict[str, list[float]] = {}
     idle: dict[str, list[float]] = {"ours": [], "anchor": []}
     loads: list[float] = []
@@ -332,8 +317,7 @@ def _startup(kubeconfig: Path, calibration: dict[str, Any], results: dict[str, A
         if who == "go":
             anchor.metrics_port = free_loopback_port()
             return anchor.argv()
-        ports = ["--metrics-port", str(free_loopback_port()), "--health-port", str(free_loopback_port())]
-        return [*ours_argv, *ports]
+        return startup.operator_argv(kubeconfig, namespace)
 
     def one(kind: str, who: str, index: int) -> float:
         name = f"{kind}{who}{index}"
