@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -54,7 +53,6 @@ STARTUP_REPEATS = 3
 POOLS, POOL_REPLICAS, POOL_READY_DELAY_S = 50, 20, 2.0
 POOL_STRATEGY = {"maxSurge": 2, "maxUnavailable": 0}
 PARTIAL = ROOT / "bench" / "results" / "fleet_anchor.partial.json"
-_SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
 
 
 def _load() -> float:
@@ -69,14 +67,12 @@ def _cpu_s(pid: int) -> float:
 
 def _requests(api: Any) -> dict[str, float]:
     """Every ``apiserver_request_total`` sample, keyed verb/resource/subresource."""
+    from operator_harness import apiserver_request_samples  # noqa: PLC0415
+
     counts: dict[str, float] = {}
-    for line in api.text("/metrics").splitlines():
-        match = _SAMPLE.match(line)
-        if match is None:
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group("labels")))
+    for labels, value in apiserver_request_samples(api):
         key = "/".join((labels.get("verb", ""), labels.get("resource", ""), labels.get("subresource", "")))
-        counts[key] = counts.get(key, 0.0) + float(match.group("value"))
+        counts[key] = counts.get(key, 0.0) + value
     return counts
 
 

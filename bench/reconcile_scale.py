@@ -318,21 +318,15 @@ def _operator_scenario(kubeconfig: Path, n: int) -> dict[str, Any]:
 
 def _writes_by_kind(api: Any) -> dict[str, float]:
     """The API server's write counters per verb/resource/subresource (to explain a non-zero resync)."""
-    import re  # noqa: PLC0415
-
-    from operator_harness import _SAMPLE, OPERATOR_RESOURCES, WRITE_VERBS  # noqa: PLC0415
+    from operator_harness import OPERATOR_RESOURCES, WRITE_VERBS, apiserver_request_samples  # noqa: PLC0415
 
     counts: dict[str, float] = {}
-    for line in api.text("/metrics").splitlines():
-        match = _SAMPLE.match(line)
-        if match is None:
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group("labels")))
+    for labels, value in apiserver_request_samples(api):
         if labels.get("verb") in WRITE_VERBS and labels.get("resource") in OPERATOR_RESOURCES:
             key = "/".join(
                 (labels["verb"], labels["resource"], labels.get("subresource", ""), labels.get("scope", ""))
             )
-            counts[key] = counts.get(key, 0.0) + float(match.group("value"))
+            counts[key] = counts.get(key, 0.0) + value
     return counts
 
 
