@@ -3,8 +3,8 @@
 Mirrors ``OperatorProcess`` (tests/integration/operator_harness.py) closely enough that a benchmark can
 drive either the same way: start on a free loopback metrics port, count finished reconciles from
 controller-runtime's own ``controller_runtime_reconcile_total``, wait until quiet, stop by its own PID.
-Waiting until quiet, stopping and reading the log are the very functions ``OperatorProcess`` uses
-(``tests/owned_process.py``).
+Waiting until quiet, stopping and reading the log are ``OperatorProcess``'s own: both are an ``OwnedProcess``
+(tests/owned_process.py).
 """
 
 from __future__ import annotations
@@ -21,15 +21,17 @@ ANCHOR_BIN = ROOT / ".envtest" / "bin" / "go-anchor"
 if str(ROOT / "tests") not in sys.path:
     sys.path.insert(0, str(ROOT / "tests"))
 
-from owned_process import log_tail, stop_own, wait_until_quiet  # noqa: E402 (tests/ on sys.path)
+from owned_process import OwnedProcess  # noqa: E402 (tests/ on sys.path)
 
 
 class AnchorError(RuntimeError):
     """The anchor is missing, exited or did not settle; the message says which and carries its log."""
 
 
-class AnchorProcess:
+class AnchorProcess(OwnedProcess):
     """One go-anchor serving one namespace."""
+
+    what = "go-anchor"
 
     def __init__(self, kubeconfig: Path, namespace: str, rendered: Path, log_dir: Path, workers: int = 8):
         self.kubeconfig = kubeconfig
@@ -84,6 +86,9 @@ class AnchorProcess:
             time.sleep(0.1)
         raise AnchorError(f"go-anchor's metrics did not answer within 60 s: {self.logs()}")
 
+    def not_settled(self, message: str) -> Exception:
+        return AnchorError(message)
+
     @property
     def pid(self) -> int:
         assert self.process is not None
@@ -105,25 +110,3 @@ class AnchorProcess:
             if line.startswith("controller_runtime_reconcile_total{"):
                 total += float(line.rsplit(" ", 1)[1])
         return int(total)
-
-    def wait_quiet(self, minimum: int, quiet_s: float = 2.0, timeout_s: float = 60.0) -> int:
-        """Wait until at least ``minimum`` reconciles finished and none happened for ``quiet_s``."""
-        return wait_until_quiet(
-            self.reconciles,
-            minimum,
-            quiet_s,
-            timeout_s,
-            lambda last: AnchorError(
-                f"go-anchor did not settle: {last} reconciles (wanted >= {minimum}); {self.logs()}"
-            ),
-        )
-
-    def stop(self) -> int:
-        """SIGTERM our own PID and wait; SIGKILL only if it does not exit."""
-        if self.process is None:
-            return 0
-        process, self.process = self.process, None
-        return stop_own(process)
-
-    def logs(self, limit: int = 6000) -> str:
-        return log_tail(self.log_path, limit)

@@ -24,7 +24,7 @@ from lightkube.config import client_adapter
 
 from controlplane import free_loopback_port
 from kube_helpers import wait_for
-from owned_process import log_tail, stop_own, wait_until_quiet
+from owned_process import OwnedProcess
 from uds_vm_operator.runtime.kube import load_kubeconfig
 
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION", "CREATE", "UPDATE"})
@@ -158,8 +158,10 @@ def apiserver_request_samples(api: Api) -> Iterator[tuple[dict[str, str], float]
         yield dict(re.findall(r'(\w+)="([^"]*)"', match.group("labels"))), float(match.group("value"))
 
 
-class OperatorProcess:
+class OperatorProcess(OwnedProcess):
     """One operator subprocess serving one namespace (standalone: no peering objects)."""
+
+    what = "operator"
 
     def __init__(
         self,
@@ -250,25 +252,6 @@ class OperatorProcess:
                 total += float(line.rsplit(" ", 1)[1])
         return int(total)
 
-    def wait_quiet(self, minimum: int, quiet_s: float = 2.0, timeout_s: float = 60.0) -> int:
-        """Wait until at least ``minimum`` reconciles finished and none happened for ``quiet_s``."""
-        return wait_until_quiet(
-            self.reconciles,
-            minimum,
-            quiet_s,
-            timeout_s,
-            lambda last: AssertionError(
-                f"operator did not settle: {last} reconciles (wanted >= {minimum}); {self.logs()}"
-            ),
-        )
-
-    def stop(self) -> int:
-        """SIGTERM our own PID and wait; SIGKILL only if it does not exit."""
-        if self.process is None:
-            return 0
-        process, self.process = self.process, None
-        return stop_own(process)
-
     def kill(self) -> None:
         """SIGKILL our own PID (crash simulation)."""
         if self.process is None:
@@ -276,6 +259,3 @@ class OperatorProcess:
         process, self.process = self.process, None
         process.kill()
         process.wait(timeout=10)
-
-    def logs(self, limit: int = 6000) -> str:
-        return log_tail(self.log_path, limit)
