@@ -3,12 +3,14 @@
 Mirrors ``OperatorProcess`` (tests/integration/operator_harness.py) closely enough that a benchmark can
 drive either the same way: start on a free loopback metrics port, count finished reconciles from
 controller-runtime's own ``controller_runtime_reconcile_total``, wait until quiet, stop by its own PID.
+Waiting until quiet, stopping and reading the log are ``OperatorProcess``'s own: both are an ``OwnedProcess``
+(tests/owned_process.py).
 """
 
 from __future__ import annotations
 
-import signal
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -16,14 +18,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 ANCHOR_BIN = ROOT / ".envtest" / "bin" / "go-anchor"
+if str(ROOT / "tests") not in sys.path:
+    sys.path.insert(0, str(ROOT / "tests"))
+
+from owned_process import OwnedProcess  # noqa: E402 (tests/ on sys.path)
 
 
 class AnchorError(RuntimeError):
     """The anchor is missing, exited or did not settle; the message says which and carries its log."""
 
 
-class AnchorProcess:
+class AnchorProcess(OwnedProcess):
     """One go-anchor serving one namespace."""
+
+    what = "go-anchor"
 
     def __init__(self, kubeconfig: Path, namespace: str, rendered: Path, log_dir: Path, workers: int = 8):
         self.kubeconfig = kubeconfig
@@ -78,6 +86,9 @@ class AnchorProcess:
             time.sleep(0.1)
         raise AnchorError(f"go-anchor's metrics did not answer within 60 s: {self.logs()}")
 
+    def not_settled(self, message: str) -> Exception:
+        return AnchorError(message)
+
     @property
     def pid(self) -> int:
         assert self.process is not None
@@ -99,35 +110,3 @@ class AnchorProcess:
             if line.startswith("controller_runtime_reconcile_total{"):
                 total += float(line.rsplit(" ", 1)[1])
         return int(total)
-
-    def wait_quiet(self, minimum: int, quiet_s: float = 2.0, timeout_s: float = 60.0) -> int:
-        """Wait until at least ``minimum`` reconciles finished and none happened for ``quiet_s``."""
-        deadline = time.monotonic() + timeout_s
-        last, since = -1, time.monotonic()
-        while time.monotonic() < deadline:
-            count = self.reconciles()
-            if count != last:
-                last, since = count, time.monotonic()
-            elif count >= minimum and time.monotonic() - since >= quiet_s:
-                return count
-            time.sleep(0.2)
-        raise AnchorError(f"go-anchor did not settle: {last} reconciles (wanted >= {minimum}); {self.logs()}")
-
-    def stop(self) -> int:
-        """SIGTERM our own PID and wait; SIGKILL only if it does not exit."""
-        if self.process is None:
-            return 0
-        process, self.process = self.process, None
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                return process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        return process.wait(timeout=10)
-
-    def logs(self, limit: int = 6000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-limit:]
-        except OSError:
-            return "<no log>"

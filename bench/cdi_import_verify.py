@@ -28,6 +28,8 @@ from typing import Any
 
 import yaml
 
+from bench.page_cache import timed_from_disk
+
 ROOT = Path(__file__).resolve().parents[1]
 for sub in ("tools/node", "tools/envtest", "tests", "tests/node"):
     sys.path.insert(0, str(ROOT / sub))
@@ -42,21 +44,6 @@ SIZE = 2 << 30
 ROUNDS = 3
 VM = "bench"
 DV = f"{VM}-dv"
-
-
-def _drop_cache(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
-def _timed(argv: list[str], path: str) -> float:
-    _drop_cache(path)
-    started = time.perf_counter()
-    subprocess.run(argv, check=True, capture_output=True)
-    return time.perf_counter() - started
 
 
 def _vmctl(*args: str) -> subprocess.CompletedProcess[str]:
@@ -117,8 +104,8 @@ def _measure(handle: Any, namespace: str, work: Path) -> dict[str, Any]:
             report["content_sha256"], "--termination-log", str(work / "termination-log")]  # fmt: skip
     runs: dict[str, list[float]] = {"verifier": [], "openssl": []}
     for _ in range(ROUNDS):
-        runs["verifier"].append(_timed(ours, disk))
-        runs["openssl"].append(_timed(["openssl", "dgst", "-sha256", disk], disk))
+        runs["verifier"].append(timed_from_disk(ours, disk))
+        runs["openssl"].append(timed_from_disk(["openssl", "dgst", "-sha256", disk], disk))
     medians = {name: statistics.median(values) for name, values in runs.items()}
     return {
         "verified_by": status.get("verifiedBy"),

@@ -24,19 +24,17 @@ ours alone). ``BENCH_ANCHOR_N`` (comma list), ``BENCH_ANCHOR_SECTIONS`` (comma l
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
-import re
-import secrets
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench._harness import api_server, fleet_vm, fresh_namespace, proc_status_mib
 from bench.image_env import image_environment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,37 +53,10 @@ STARTUP_REPEATS = 3
 POOLS, POOL_REPLICAS, POOL_READY_DELAY_S = 50, 20, 2.0
 POOL_STRATEGY = {"maxSurge": 2, "maxUnavailable": 0}
 PARTIAL = ROOT / "bench" / "results" / "fleet_anchor.partial.json"
-_SAMPLE = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$")
-
-
-@contextlib.contextmanager
-def _kubeconfig() -> Iterator[Path]:
-    reuse = os.environ.get("UDS_TEST_KUBECONFIG")
-    if reuse:
-        yield Path(reuse)
-        return
-    from controlplane import running_control_plane  # noqa: PLC0415
-
-    with running_control_plane() as plane:
-        yield Path(plane.kubeconfig)
-
-
-def _vm(name: str, namespace: str) -> dict[str, Any]:
-    from operator_fixtures import udsvm  # noqa: PLC0415
-
-    return udsvm(name, namespace)
 
 
 def _load() -> float:
     return round(os.getloadavg()[0], 1)
-
-
-def _proc_status(pid: int, field: str) -> float:
-    """``VmHWM``/``VmRSS`` of a process, MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(f"{field}:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    raise RuntimeError(f"no {field} in /proc/{pid}/status")
 
 
 def _cpu_s(pid: int) -> float:
@@ -96,14 +67,12 @@ def _cpu_s(pid: int) -> float:
 
 def _requests(api: Any) -> dict[str, float]:
     """Every ``apiserver_request_total`` sample, keyed verb/resource/subresource."""
+    from operator_harness import apiserver_request_samples  # noqa: PLC0415
+
     counts: dict[str, float] = {}
-    for line in api.text("/metrics").splitlines():
-        match = _SAMPLE.match(line)
-        if match is None:
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group("labels")))
+    for labels, value in apiserver_request_samples(api):
         key = "/".join((labels.get("verb", ""), labels.get("resource", ""), labels.get("subresource", "")))
-        counts[key] = counts.get(key, 0.0) + float(match.group("value"))
+        counts[key] = counts.get(key, 0.0) + value
     return counts
 
 
@@ -178,28 +147,28 @@ def _operator_scenario(
 ) -> dict[str, Any]:
     from operator_harness import Api, apiserver_writes  # noqa: PLC0415
 
-    from bench.reconcile_scale import _namespace, _timed, _wait_no_terminating  # noqa: PLC0415
+    from bench.reconcile_scale import _timed, _wait_no_terminating  # noqa: PLC0415
 
     api = Api(kubeconfig)
     _wait_no_terminating(api, timeout_s=1800)
     scratch = Path(tempfile.mkdtemp(prefix="bench-anchor-"))
     label = make("probe", scratch).label
-    namespace = _namespace(api, f"bench-{label}{n}")
+    namespace = fresh_namespace(api, f"bench-{label}{n}")
     names = [f"vm{i:04d}" for i in range(n)]
     if label == "anchor":
-        write_rendered(scratch / "rendered", namespace, names, _vm, calibration)
+        write_rendered(scratch / "rendered", namespace, names, fleet_vm, calibration)
     operator = make(namespace, scratch)
     load_before = _load()
     try:
         operator.start()
-        idle_rss = _proc_status(operator.pid, "VmRSS")
+        idle_rss = proc_status_mib(operator.pid, "VmRSS")
         cpu_before = _cpu_s(operator.pid)
         requests_before = _requests(api)
         seconds, _ = asyncio.run(_timed(kubeconfig, namespace, names))
         operator.wait_quiet(minimum=n, quiet_s=2.0, timeout_s=1800)
         cpu_converge = round(_cpu_s(operator.pid) - cpu_before, 2)
         requests = _delta(_requests(api), requests_before)
-        rss_converged = _proc_status(operator.pid, "VmHWM")
+        rss_converged = proc_status_mib(operator.pid, "VmHWM")
         load_converged = _load()
 
         operator.stop()
@@ -211,7 +180,7 @@ def _operator_scenario(
         resync_s = time.perf_counter() - started
         resync_writes = apiserver_writes(api) - writes_before
         resync_requests = _delta(_requests(api), resync_requests_before)
-        rss_resync = _proc_status(operator.pid, "VmHWM")
+        rss_resync = proc_status_mib(operator.pid, "VmHWM")
         cpu_resync = _cpu_s(operator.pid)
     finally:
         operator.stop()
@@ -292,7 +261,7 @@ def _idle_rss_probe(who: str, mapped: list[Path], idle: dict[str, list[float]]) 
         if not mapped and who == "ours":
             mapped.extend(startup._mapped_files(pid))
         time.sleep(3.0)
-        idle["ours" if who == "ours" else "anchor"].append(_proc_status(pid, "VmRSS"))
+        idle["ours" if who == "ours" else "anchor"].append(proc_status_mib(pid, "VmRSS"))
 
     return look
 
@@ -327,30 +296,14 @@ def _startup(kubeconfig: Path, calibration: dict[str, Any], results: dict[str, A
     from controlplane import free_loopback_port  # noqa: PLC0415
 
     api = Api(kubeconfig)
-    namespace = f"bench-anchor-start-{secrets.token_hex(3)}"
-    api.call("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}}, expect=(201,))
+    namespace = fresh_namespace(api, "bench-anchor-start")
     scratch = Path(tempfile.mkdtemp(prefix="bench-anchor-start-"))
     prefix = scratch / "pycache"
     roots = startup._interpreter_roots()
     startup._compile_bytecode(prefix, roots)
     names = [f"{kind}{who}{i}" for kind in ("warm", "cold", "up") for who in ("ours", "go") for i in range(9)]
-    rendered = write_rendered(scratch / "rendered", namespace, names, _vm, calibration)
+    rendered = write_rendered(scratch / "rendered", namespace, names, fleet_vm, calibration)
     anchor = AnchorProcess(kubeconfig, namespace, rendered, scratch / "logs", workers=WORKERS)
-    ours_argv = [
-        sys.executable,
-        "-m",
-        "uds_vm_operator.operator_main",
-        "run",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--namespace",
-        namespace,
-        "--standalone",
-        "--bind-address",
-        "127.0.0.1",
-        "--log-level",
-        "WARNING",
-    ]
     samples: dict[str, list[float]] = {}
     idle: dict[str, list[float]] = {"ours": [], "anchor": []}
     loads: list[float] = []
@@ -360,13 +313,13 @@ def _startup(kubeconfig: Path, calibration: dict[str, Any], results: dict[str, A
         if who == "go":
             anchor.metrics_port = free_loopback_port()
             return anchor.argv()
-        ports = ["--metrics-port", str(free_loopback_port()), "--health-port", str(free_loopback_port())]
-        return [*ours_argv, *ports]
+        return startup.operator_argv(kubeconfig, namespace)
 
     def one(kind: str, who: str, index: int) -> float:
         name = f"{kind}{who}{index}"
         api.apply(
-            _vm(name, namespace), f"/apis/uds.dev/v1alpha1/namespaces/{namespace}/udsvirtualmachines/{name}"
+            fleet_vm(name, namespace),
+            f"/apis/uds.dev/v1alpha1/namespaces/{namespace}/udsvirtualmachines/{name}",
         )
         env = startup._env("warm", scratch, prefix)
         try:
@@ -414,12 +367,12 @@ def _pools(kubeconfig: Path, results: dict[str, Any]) -> None:
     from pool_play import ReadinessPlayer, ReadyWatcher, pool_path, wait_until  # noqa: PLC0415
 
     from bench.pool_rollout import _pool  # noqa: PLC0415
-    from bench.reconcile_scale import _namespace, _wait_no_terminating  # noqa: PLC0415
+    from bench.reconcile_scale import _wait_no_terminating  # noqa: PLC0415
     from uds_vm_operator.fleet import revision_hash  # noqa: PLC0415
 
     api = Api(kubeconfig)
     _wait_no_terminating(api, timeout_s=1800)
-    namespace = _namespace(api, "bench-pools")
+    namespace = fresh_namespace(api, "bench-pools")
     scratch = Path(tempfile.mkdtemp(prefix="bench-anchor-pools-"))
     operator = _Ours(kubeconfig, namespace, scratch)
     pools = [f"pool{i:02d}" for i in range(POOLS)]
@@ -462,7 +415,7 @@ def _pools(kubeconfig: Path, results: dict[str, Any]) -> None:
         }
         wait_until(lambda: rolled(second), 1800, "50 pools rolled to the new template", 2.0)
         roll_s = time.perf_counter() - started
-        peak = _proc_status(operator.pid, "VmHWM")
+        peak = proc_status_mib(operator.pid, "VmHWM")
         cpu = _cpu_s(operator.pid)
     finally:
         for watcher in watchers:
@@ -498,8 +451,8 @@ def run() -> dict[str, Any]:
     sizes = [int(x) for x in os.environ.get("BENCH_ANCHOR_N", "").split(",") if x] or list(SIZES)
     sections = [x for x in os.environ.get("BENCH_ANCHOR_SECTIONS", "").split(",") if x] or list(SECTIONS)
     results: dict[str, Any] = {"workers": WORKERS, "sizes": sizes, "cpus": os.cpu_count()}
-    with _kubeconfig() as kubeconfig:
-        calibration = calibrate(kubeconfig, _vm, image_environment(os.environ))
+    with api_server() as kubeconfig:
+        calibration = calibrate(kubeconfig, fleet_vm, image_environment(os.environ))
         results["calibration"] = {k: v for k, v in calibration.items() if k != "status"}
         if "startup" in sections:
             _startup(kubeconfig, calibration, results)

@@ -35,11 +35,9 @@ The median of ``REPEATS`` samples of each kind is reported, with min and max.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import re
-import secrets
 import signal
 import statistics
 import subprocess
@@ -47,10 +45,11 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench._harness import api_server, fresh_namespace
 from bench.image_env import image_environment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,19 +65,12 @@ TEST_FOLDERS = r"[/\\](test|tests|idle_test)[/\\]"
 """Skipped by compileall: the image's base deletes the stdlib's test suites, and nothing imports them."""
 
 
-@contextlib.contextmanager
-def _kubeconfig() -> Iterator[Path]:
-    reuse = os.environ.get("UDS_TEST_KUBECONFIG")
-    if reuse:
-        yield Path(reuse)
-        return
-    from controlplane import running_control_plane  # noqa: PLC0415 (after sys.path is set up)
+def operator_argv(kubeconfig: Path, namespace: str, *options: str) -> list[str]:
+    """Our operator as the startup benchmarks time it: standalone, one namespace, loopback, fresh ports.
 
-    with running_control_plane() as plane:
-        yield Path(plane.kubeconfig)
-
-
-def _argv(kubeconfig: Path, namespace: str) -> list[str]:
+    ``options`` (``--controllers vm`` here; none, so both controllers, in ``fleet_anchor``) go after
+    ``--standalone``.
+    """
     from controlplane import free_loopback_port  # noqa: PLC0415
 
     return [
@@ -91,8 +83,7 @@ def _argv(kubeconfig: Path, namespace: str) -> list[str]:
         "--namespace",
         namespace,
         "--standalone",
-        "--controllers",
-        "vm",
+        *options,
         "--bind-address",
         "127.0.0.1",
         "--metrics-port",
@@ -143,7 +134,10 @@ async def _first_status_after_start(
     log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in the finally below)
     started = time.perf_counter()
     process = subprocess.Popen(
-        argv or _argv(kubeconfig, namespace), env=env, stdout=log, stderr=subprocess.STDOUT
+        argv or operator_argv(kubeconfig, namespace, "--controllers", "vm"),
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
         await asyncio.wait_for(written.wait(), timeout=120)
@@ -234,15 +228,14 @@ def run() -> dict[str, Any]:
     samples: dict[str, list[float]] = {kind: [] for kind in KINDS}
     after_eviction: list[dict[str, Any]] = []
     after_cold_start_mib: list[float] = []
-    with _kubeconfig() as kubeconfig, tempfile.TemporaryDirectory(prefix="bench-startup-") as scratch_dir:
+    with api_server() as kubeconfig, tempfile.TemporaryDirectory(prefix="bench-startup-") as scratch_dir:
         scratch = Path(scratch_dir)
         prefix = scratch / "pycache"
         roots = _interpreter_roots()
         compile_s = _compile_bytecode(prefix, roots)
         compiled = set(page_cache.regular_files([prefix]))
         api = Api(kubeconfig)
-        namespace = f"bench-startup-{secrets.token_hex(3)}"
-        api.call("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}}, expect=(201,))
+        namespace = fresh_namespace(api, "bench-startup")
 
         def start(name: str, env: dict[str, str], inspect: Callable[[int], None] | None = None) -> float:
             api.apply(udsvm(name, namespace), vm_path(namespace, name))

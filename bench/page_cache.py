@@ -13,6 +13,8 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import subprocess
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -68,12 +70,29 @@ def evict(paths: Iterable[Path]) -> int:
             fd = os.open(path, os.O_RDONLY)
         except OSError:
             continue
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            count += 1
-        finally:
-            os.close(fd)
+        _drop_and_close(fd)
+        count += 1
     return count
+
+
+def evict_one(path: str | Path) -> None:
+    """:func:`evict` for one file that must exist (an error if it cannot be opened)."""
+    _drop_and_close(os.open(path, os.O_RDONLY))
+
+
+def timed_from_disk(argv: list[str], path: str | Path) -> float:
+    """Seconds ``argv`` takes to succeed when ``path``'s pages were evicted first, so it reads the device."""
+    evict_one(path)
+    started = time.perf_counter()
+    subprocess.run(argv, check=True, capture_output=True)
+    return time.perf_counter() - started
+
+
+def _drop_and_close(fd: int) -> None:
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
 
 def flush(paths: Iterable[Path]) -> None:

@@ -16,16 +16,14 @@ Uses ``$UDS_TEST_KUBECONFIG`` (a plane from ``make cluster-up``) when set, else 
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import secrets
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from bench._harness import api_server, fresh_namespace
 
 ROOT = Path(__file__).resolve().parent.parent
 for extra in (ROOT / "tools" / "envtest", ROOT / "tests", ROOT / "tests" / "integration"):
@@ -36,18 +34,6 @@ REPLICAS = 10
 READY_DELAY_S = 2.0
 STRATEGIES = ({"maxSurge": 1, "maxUnavailable": 0}, {"maxSurge": 3, "maxUnavailable": 0})
 POOL = "bench"
-
-
-@contextlib.contextmanager
-def _kubeconfig() -> Iterator[Path]:
-    reuse = os.environ.get("UDS_TEST_KUBECONFIG")
-    if reuse:
-        yield Path(reuse)
-        return
-    from controlplane import running_control_plane  # noqa: PLC0415 (after sys.path is set up)
-
-    with running_control_plane() as plane:
-        yield Path(plane.kubeconfig)
 
 
 def _pool(namespace: str, image: str, strategy: dict[str, int]) -> dict[str, Any]:
@@ -91,8 +77,7 @@ def _scenario(kubeconfig: Path, strategy: dict[str, int]) -> dict[str, Any]:
     from uds_vm_operator.fleet import revision_hash  # noqa: PLC0415
 
     api = Api(kubeconfig)
-    namespace = f"bench-pool-{secrets.token_hex(3)}"
-    api.call("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}}, expect=(201,))
+    namespace = fresh_namespace(api, "bench-pool")
     operator = OperatorProcess(
         kubeconfig,
         namespace,
@@ -139,7 +124,7 @@ def _scenario(kubeconfig: Path, strategy: dict[str, int]) -> dict[str, Any]:
 
 def run() -> dict[str, Any]:
     """Run every strategy once against one control plane; the dict becomes bench/results/pool_rollout.json."""
-    with _kubeconfig() as kubeconfig:
+    with api_server() as kubeconfig:
         scenarios = [_scenario(kubeconfig, strategy) for strategy in STRATEGIES]
     for scenario in scenarios:
         if scenario["min_ready_observed"] < scenario["ready_floor"]:

@@ -23,19 +23,17 @@ and ``BENCH_SCALE_REPEAT`` override the sizes and repetitions.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
-import secrets
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench._harness import api_server, fleet_vm, fresh_namespace, proc_status_mib
 from bench.image_env import image_environment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,24 +51,6 @@ USER_MANAGER = "bench-user"
 FLOOR_MANAGER = "bench-floor"
 
 
-@contextlib.contextmanager
-def _kubeconfig() -> Iterator[Path]:
-    reuse = os.environ.get("UDS_TEST_KUBECONFIG")
-    if reuse:
-        yield Path(reuse)
-        return
-    from controlplane import running_control_plane  # noqa: PLC0415 (after sys.path is set up)
-
-    with running_control_plane() as plane:
-        yield Path(plane.kubeconfig)
-
-
-def _vm(name: str, namespace: str) -> dict[str, Any]:
-    from operator_fixtures import udsvm  # noqa: PLC0415
-
-    return udsvm(name, namespace)
-
-
 def watch_client(kubeconfig: str | Path) -> Any:
     """An httpx client for watch streams (the bench's observer; the operator's requests use aiohttp)."""
     import httpx2  # noqa: PLC0415
@@ -80,14 +60,6 @@ def watch_client(kubeconfig: str | Path) -> Any:
 
     params = client_adapter.ConnectionParams(timeout=httpx2.Timeout(60.0), trust_env=False)
     return client_adapter.AsyncClient(load_kubeconfig(kubeconfig), params)
-
-
-def _peak_rss_mib(pid: int) -> float:
-    """``VmHWM`` (peak resident set) of a process, MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    raise RuntimeError(f"no VmHWM in /proc/{pid}/status")
 
 
 class Convergence:
@@ -163,7 +135,7 @@ def _expected_children(namespace: str, names: list[str]) -> dict[str, set[str]]:
     from uds_vm_operator.render import ClusterFacts, Owner, render_children  # noqa: PLC0415
     from uds_vm_operator.runtime import kube  # noqa: PLC0415
 
-    spec = parse_vm_spec(_vm("x", namespace)["spec"])
+    spec = parse_vm_spec(fleet_vm("x", namespace)["spec"])
     expected: dict[str, set[str]] = {}
     for name in names:
         for child in render_children(Owner(name, namespace, "0"), spec, ClusterFacts(cdi_http_checksum=True)):
@@ -178,7 +150,7 @@ async def _apply_all(api: Any, namespace: str, names: list[str]) -> None:
 
     async def one(name: str) -> None:
         async with gate:
-            await api.apply(_vm(name, namespace))
+            await api.apply(fleet_vm(name, namespace))
 
     await asyncio.gather(*(one(name) for name in names))
 
@@ -255,12 +227,6 @@ def _floor_main(kubeconfig: str, namespace: str, status_json: str, with_event: s
     asyncio.run(go())
 
 
-def _namespace(api: Any, prefix: str) -> str:
-    name = f"{prefix}-{secrets.token_hex(3)}"
-    api.call("POST", "/api/v1/namespaces", {"metadata": {"name": name}}, expect=(201,))
-    return name
-
-
 def _wait_no_terminating(api: Any, timeout_s: float = 300) -> None:
     """Earlier scenarios' namespaces are still being emptied: let that finish so it does not skew timing."""
     deadline = time.monotonic() + timeout_s
@@ -297,7 +263,7 @@ def _operator_scenario(kubeconfig: Path, n: int) -> dict[str, Any]:
 
     api = Api(kubeconfig)
     _wait_no_terminating(api)
-    namespace = _namespace(api, f"bench-op{n}")
+    namespace = fresh_namespace(api, f"bench-op{n}")
     names = [f"vm{i:04d}" for i in range(n)]
     operator = OperatorProcess(
         kubeconfig,
@@ -313,7 +279,7 @@ def _operator_scenario(kubeconfig: Path, n: int) -> dict[str, Any]:
         operator.wait_quiet(minimum=n, quiet_s=2.0, timeout_s=600)
         writes_total = apiserver_writes(api) - writes_before - n  # minus the user's N applies
         assert operator.process is not None
-        rss_converged = _peak_rss_mib(operator.process.pid)
+        rss_converged = proc_status_mib(operator.process.pid, "VmHWM")
         sample_status = dict((api.get(f"{_vm_collection(namespace)}/{names[0]}") or {}).get("status") or {})
         events = len(api.items(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"))
 
@@ -332,7 +298,7 @@ def _operator_scenario(kubeconfig: Path, n: int) -> dict[str, Any]:
             if value != by_kind_before.get(key, 0.0)
         }
         assert operator.process is not None
-        rss_resync = _peak_rss_mib(operator.process.pid)
+        rss_resync = proc_status_mib(operator.process.pid, "VmHWM")
     finally:
         operator.stop()
         api.call("DELETE", f"/api/v1/namespaces/{namespace}", expect=(200, 202, 404))
@@ -352,21 +318,15 @@ def _operator_scenario(kubeconfig: Path, n: int) -> dict[str, Any]:
 
 def _writes_by_kind(api: Any) -> dict[str, float]:
     """The API server's write counters per verb/resource/subresource (to explain a non-zero resync)."""
-    import re  # noqa: PLC0415
-
-    from operator_harness import _SAMPLE, OPERATOR_RESOURCES, WRITE_VERBS  # noqa: PLC0415
+    from operator_harness import OPERATOR_RESOURCES, WRITE_VERBS, apiserver_request_samples  # noqa: PLC0415
 
     counts: dict[str, float] = {}
-    for line in api.text("/metrics").splitlines():
-        match = _SAMPLE.match(line)
-        if match is None:
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group("labels")))
+    for labels, value in apiserver_request_samples(api):
         if labels.get("verb") in WRITE_VERBS and labels.get("resource") in OPERATOR_RESOURCES:
             key = "/".join(
                 (labels["verb"], labels["resource"], labels.get("subresource", ""), labels.get("scope", ""))
             )
-            counts[key] = counts.get(key, 0.0) + float(match.group("value"))
+            counts[key] = counts.get(key, 0.0) + value
     return counts
 
 
@@ -379,7 +339,7 @@ def _floor_scenario(kubeconfig: Path, n: int, status: dict[str, Any], with_event
 
     api = Api(kubeconfig)
     _wait_no_terminating(api)
-    namespace = _namespace(api, f"bench-floor{n}")
+    namespace = fresh_namespace(api, f"bench-floor{n}")
     names = [f"vm{i:04d}" for i in range(n)]
     argv = [sys.executable, "-m", "bench.reconcile_scale", "floor", str(kubeconfig), namespace]
     argv += [json.dumps(status), "1" if with_event else "0"]
@@ -390,7 +350,7 @@ def _floor_scenario(kubeconfig: Path, n: int, status: dict[str, Any], with_event
         if process.stdout.readline().strip() != b"ready":
             raise RuntimeError(f"the floor script did not start (exit {process.wait()})")
         seconds, _ = asyncio.run(_timed(kubeconfig, namespace, names))
-        peak_rss = _peak_rss_mib(process.pid)
+        peak_rss = proc_status_mib(process.pid, "VmHWM")
     finally:
         process.terminate()
         process.wait(timeout=20)
@@ -410,7 +370,7 @@ def run() -> dict[str, Any]:
     sizes = [int(x) for x in os.environ.get("BENCH_SCALE_N", "").split(",") if x] or list(SIZES)
     repeat_override = os.environ.get("BENCH_SCALE_REPEAT")
     results: dict[str, Any] = {}
-    with _kubeconfig() as kubeconfig:
+    with api_server() as kubeconfig:
         for n in sizes:
             repeats = int(repeat_override) if repeat_override else REPEATS.get(n, 1)
             operator_runs: list[dict[str, Any]] = []

@@ -18,9 +18,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
+
+from bench.page_cache import timed_from_disk
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools" / "node"))
@@ -32,21 +33,6 @@ import volumes  # noqa: E402
 
 SIZE = 1 << 30
 ROUNDS = 5
-
-
-def _drop_cache(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
-def _timed(argv: list[str], path: str) -> float:
-    _drop_cache(path)
-    started = time.perf_counter()
-    subprocess.run(argv, check=True, capture_output=True)
-    return time.perf_counter() - started
 
 
 def _measure(path: str, digest: str, tmp: Path) -> dict[str, Any]:
@@ -66,8 +52,8 @@ def _measure(path: str, digest: str, tmp: Path) -> dict[str, Any]:
     anchor = ["openssl", "dgst", "-sha256", path]
     runs: dict[str, list[float]] = {"verifier": [], "openssl": []}
     for _ in range(ROUNDS):
-        runs["verifier"].append(_timed(ours, path))
-        runs["openssl"].append(_timed(anchor, path))
+        runs["verifier"].append(timed_from_disk(ours, path))
+        runs["openssl"].append(timed_from_disk(anchor, path))
     medians = {name: statistics.median(values) for name, values in runs.items()}
     return {
         "runs_s": runs,

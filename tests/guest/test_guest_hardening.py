@@ -34,12 +34,18 @@ import yaml
 from apt_mirror import CANARY, AptMirror, SigningKey, build_canary, cached_debs
 from conftest import REPORTS_DIR
 from guest_machine import Accelerator, Guest, build_seed, detect_accelerator, nocloud_meta_data, ssh_keypair
-from operator_fixtures import core_path, kv_path, running_operator, status_of, udsvm, vm_path
+from operator_fixtures import (
+    compliance_validate,
+    core_path,
+    kv_path,
+    running_operator,
+    status_of,
+    udsvm,
+    vm_path,
+)
 from operator_harness import Api
-from typer.testing import CliRunner
 
 from kube_helpers import TEST_NAMESPACE_LABEL, wait_for
-from uds_vm_operator.cli.main import app
 
 pytestmark = pytest.mark.timeout(3600)
 """The first test pays for three boots under software emulation on a shared 2-core machine (setup counts)."""
@@ -127,21 +133,7 @@ def _compliance(
     kubeconfig: Path, namespace: str, out: Path
 ) -> tuple[dict[str, dict[str, str]], dict[str, str]]:
     """``uds-vmctl compliance validate``: per-VM control states (JSON) and the OSCAL findings' states."""
-    result = CliRunner().invoke(
-        app,
-        [
-            "compliance",
-            "validate",
-            "--kubeconfig",
-            str(kubeconfig),
-            "-n",
-            namespace,
-            "--json",
-            "--output",
-            str(out),
-        ],
-    )
-    assert result.exit_code in (0, 1), result.output
+    result = compliance_validate(kubeconfig, namespace, out)
     summary = json.loads(result.stdout)
     controls = {row["name"]: row["controls"] for row in summary["vms"]}
     results = yaml.safe_load(out.read_text())["assessment-results"]["results"]

@@ -6,12 +6,15 @@ import contextlib
 import copy
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from operator_harness import Api, OperatorProcess
 
 from kube_helpers import wait_for
+
+if TYPE_CHECKING:
+    from typer.testing import Result
 
 SHA = "sha256:" + "5" * 64
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ0000000000000000000000000000000000000000000 ops@site"
@@ -57,6 +60,35 @@ def udsvm(name: str, namespace: str, **spec: Any) -> dict[str, Any]:
         "metadata": {"name": name, "namespace": namespace},
         "spec": base,
     }
+
+
+def compliance_validate(kubeconfig: str | Path, namespace: str, out: Path) -> Result:
+    """``uds-vmctl compliance validate -n NAMESPACE --json --output OUT``, run in-process.
+
+    Exit 0 (every control passes) and 1 (some control fails) are both verdicts; anything else is a broken
+    command, so it fails the test here with the command's output. The CLI is imported here, not above: the
+    benchmarks import this module for ``udsvm`` and should not load the CLI with it.
+    """
+    from typer.testing import CliRunner  # noqa: PLC0415
+
+    from uds_vm_operator.cli.main import app  # noqa: PLC0415
+
+    result = CliRunner().invoke(
+        app,
+        [
+            "compliance",
+            "validate",
+            "--kubeconfig",
+            str(kubeconfig),
+            "-n",
+            namespace,
+            "--json",
+            "--output",
+            str(out),
+        ],
+    )
+    assert result.exit_code in (0, 1), result.output
+    return result
 
 
 def status_of(api: Api, namespace: str, name: str) -> dict[str, Any]:

@@ -13,11 +13,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ from lightkube.config import client_adapter
 
 from controlplane import free_loopback_port
 from kube_helpers import wait_for
+from owned_process import OwnedProcess
 from uds_vm_operator.runtime.kube import load_kubeconfig
 
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION", "CREATE", "UPDATE"})
@@ -140,19 +139,29 @@ def apiserver_writes(api: Api, resources: Iterable[str] = OPERATOR_RESOURCES) ->
     """
     wanted = set(resources)
     total = 0.0
+    for labels, value in apiserver_request_samples(api):
+        collection_delete = labels.get("verb") == "DELETE" and labels.get("scope") == "namespace"
+        if labels.get("verb") in WRITE_VERBS and labels.get("resource") in wanted and not collection_delete:
+            total += value
+    return int(total)
+
+
+def apiserver_request_samples(api: Api) -> Iterator[tuple[dict[str, str], float]]:
+    """Every ``apiserver_request_total`` sample the API server reports now: (its labels, its count).
+
+    The one parser of those counters, for :func:`apiserver_writes` and the benchmarks' request tallies.
+    """
     for line in api.text("/metrics").splitlines():
         match = _SAMPLE.match(line)
         if match is None:
             continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group("labels")))
-        collection_delete = labels.get("verb") == "DELETE" and labels.get("scope") == "namespace"
-        if labels.get("verb") in WRITE_VERBS and labels.get("resource") in wanted and not collection_delete:
-            total += float(match.group("value"))
-    return int(total)
+        yield dict(re.findall(r'(\w+)="([^"]*)"', match.group("labels"))), float(match.group("value"))
 
 
-class OperatorProcess:
+class OperatorProcess(OwnedProcess):
     """One operator subprocess serving one namespace (standalone: no peering objects)."""
+
+    what = "operator"
 
     def __init__(
         self,
@@ -243,34 +252,6 @@ class OperatorProcess:
                 total += float(line.rsplit(" ", 1)[1])
         return int(total)
 
-    def wait_quiet(self, minimum: int, quiet_s: float = 2.0, timeout_s: float = 60.0) -> int:
-        """Wait until at least ``minimum`` reconciles finished and none happened for ``quiet_s``."""
-        deadline = time.monotonic() + timeout_s
-        last, since = -1, time.monotonic()
-        while time.monotonic() < deadline:
-            count = self.reconciles()
-            if count != last:
-                last, since = count, time.monotonic()
-            elif count >= minimum and time.monotonic() - since >= quiet_s:
-                return count
-            time.sleep(0.2)
-        raise AssertionError(
-            f"operator did not settle: {last} reconciles (wanted >= {minimum}); {self.logs()}"
-        )
-
-    def stop(self) -> int:
-        """SIGTERM our own PID and wait; SIGKILL only if it does not exit."""
-        if self.process is None:
-            return 0
-        process, self.process = self.process, None
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                return process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-        return process.wait(timeout=10)
-
     def kill(self) -> None:
         """SIGKILL our own PID (crash simulation)."""
         if self.process is None:
@@ -278,9 +259,3 @@ class OperatorProcess:
         process, self.process = self.process, None
         process.kill()
         process.wait(timeout=10)
-
-    def logs(self, limit: int = 6000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-limit:]
-        except OSError:
-            return "<no log>"

@@ -14,14 +14,12 @@ from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.rbac_authorization_v1 import ClusterRole
 from lightkube.types import PatchType
-from typer.testing import CliRunner
 
 from kube_helpers import apply_strict, as_resource, create_strict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from compliance_fixtures import TAMPERS, chart_clusterroles, children, udsvm
-
-from uds_vm_operator.cli.main import app
+from operator_fixtures import compliance_validate
 
 UDSVM = create_namespaced_resource("uds.dev", "v1alpha1", "UDSVirtualMachine", "udsvirtualmachines")
 VM = "web"
@@ -45,21 +43,7 @@ def create_compliant_vm(client: Client, namespace: str) -> list[dict[str, Any]]:
 
 def validate(kubeconfig: Path, namespace: str, tmp_path: Path) -> tuple[int, dict[str, str]]:
     out = tmp_path / "assessment-results.yaml"
-    result = CliRunner().invoke(
-        app,
-        [
-            "compliance",
-            "validate",
-            "--kubeconfig",
-            str(kubeconfig),
-            "-n",
-            namespace,
-            "--json",
-            "--output",
-            str(out),
-        ],
-    )
-    assert result.exit_code in (0, 1), result.output
+    result = compliance_validate(kubeconfig, namespace, out)
     assert out.is_file()
     assert result.stdout.strip(), result.output
     summary = json.loads(result.stdout)
