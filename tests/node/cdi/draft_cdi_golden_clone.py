@@ -1,0 +1,475 @@
+"""Issue 15 item 6 (DRAFT): golden images for real. A golden DataVolume and a DataSource live in a namespace
+set up by `uds-vmctl golden-image rbac`; a consumer UDSVirtualMachine in another namespace clones from that
+DataSource, CDI clones it host-assisted (this node has no CSI driver, so no snapshot or CSI clone), the
+clone's bytes are the golden image's, and the consumer identity is refused every write by the real
+authorizer, while CDI's own webhook admits its clone only because of the `datavolumes/source` grant.
+
+What CDI v1.65.0 does here, read from its code:
+- `udsvm-local` is `kubernetes.io/no-provisioner`, for which no CSIDriver exists, so the DataVolume
+  controller does not use volume populators (`shouldUseCDIPopulator`, pkg/controller/datavolume/
+  controller-base.go) and takes the legacy host-assisted path: the target claim `<vm>-dv` carries
+  `k8s.io/CloneRequest: <golden ns>/<pvc>` and the DataVolume `cdi.kubevirt.io/cloneType: copy`
+  (`fallbackToHostAssisted`, pvc-clone-controller.go).
+- Claims: only the target. A clone target gets no scratch claim (`createScratchPvcNameFromPvc` returns ""
+  for clone targets, pkg/controller/upload-controller.go), and the legacy path makes no temporary claim
+  (that is the populator path's `tmp-pvc-...`).
+- Pods: an upload server `cdi-upload-<vm>-dv` (plus its Service) in the consumer namespace mounting the
+  target (upload-controller.go), and a `cdi-cloner` source pod `<target claim uid>-source-pod` in the golden
+  namespace mounting the golden PVC read-only (pkg/controller/clone-controller.go,
+  `MakeCloneSourcePodSpec`). The source pod is only created once the golden PVC is populated and no other pod
+  uses it (CloneSourceInUse, retried every 2 s by CDI).
+- Without a declared size (`spec.storage`, no request) CDI first runs a pod `size-detection-<golden pvc
+  uid>` (importer image) in the golden namespace and sizes the target itself (`detectCloneSize`,
+  pvc-clone-controller.go); the target claim appears only after it.
+- The cross-namespace grant is checked at admission: CDI's mutating webhook sends a SubjectAccessReview for
+  `create datavolumes/source` in the source namespace for the requesting user and only then adds the clone
+  token (`AuthorizeUser`, staging/.../core/v1beta1/authorize.go; pkg/apiserver/webhooks/datavolume-mutate.go).
+  The operator runs as the admin here, so the consumer identity's grant is proven by a dry-run create.
+
+What the operator claims for a clone: nothing. `spec.source.dataSource` carries no digest, so verification
+is `not-declared` (controller/verification.py): `checksumVerified: false`, condition `ChecksumVerified`
+reason `NoChecksumDeclared`, no verifier pod, and the VM is not held for a digest. The test itself proves the
+bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import yaml
+from cdi_support import (
+    CDI_API,
+    MIB,
+    RESTRICTED,
+    UDSVM_API,
+    DiskImage,
+    await_import,
+    bridge_image_server,
+    claim_request,
+    datavolume,
+    diagnose,
+    dv_condition,
+    landed_bytes,
+    make_image,
+    offer_volume,
+    running_operator,
+    vm_status,
+)
+from node_cluster import NodeHandle, wait_until
+from typer.testing import CliRunner
+
+import controlplane
+from integration.operator_harness import Api, OperatorProcess
+from uds_vm_operator.apiversions import CDI_API_VERSION
+from uds_vm_operator.cli.main import app
+from uds_vm_operator.render.datavolume import BIND_IMMEDIATE_ANNOTATION, exact_pvc
+from uds_vm_operator.render.goldenimage import data_source
+from uds_vm_operator.render.verifier import verifier_pod_name
+from uds_vm_operator.sizing import pvc_mib, pvc_size
+
+VIRTUAL_SIZE = 16 * MIB
+GOLDEN = "debian-golden"  # the golden DataVolume, its PVC and the DataSource share this name
+CLASS = "udsvm-local"
+CDI_GROUP = "cdi.kubevirt.io"
+PVC_SIZE = pvc_size(VIRTUAL_SIZE)
+HOST_ASSISTED = "copy"  # CDI's CloneStrategyHostAssisted
+CLONE_TYPE = "cdi.kubevirt.io/cloneType"
+CLONE_TOKEN = "cdi.kubevirt.io/storage.clone.token"
+CLONE_REQUEST = "k8s.io/CloneRequest"
+CLONE_OF = "k8s.io/CloneOf"
+SOURCE_POD = "cdi.kubevirt.io/storage.sourceClonePodName"
+UPLOAD_POD = "cdi.kubevirt.io/storage.uploadPodName"
+INSUFFICIENT = "insufficient permissions in clone source namespace"  # CDI's webhook, authorize_utils.go
+CLONE_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class Golden:
+    """The protected namespace with an imported golden image, and the consumer namespace allowed to clone."""
+
+    namespace: str
+    consumer: str
+    image: DiskImage
+    volume: Any
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+
+
+def _object_path(manifest: dict[str, Any]) -> str:
+    """Where to apply one manifest of `uds-vmctl golden-image rbac` (no --quota: Namespace, Role, binding)."""
+    meta = manifest["metadata"]
+    if manifest["kind"] == "Namespace":
+        return f"/api/v1/namespaces/{meta['name']}"
+    plural = {"Role": "roles", "RoleBinding": "rolebindings"}[manifest["kind"]]
+    return f"/apis/rbac.authorization.k8s.io/v1/namespaces/{meta['namespace']}/{plural}/{meta['name']}"
+
+
+def protect(node: NodeHandle, image_ns: str, consumer: str) -> None:
+    """Apply what `uds-vmctl golden-image rbac` prints for this pair of namespaces.
+
+    No --quota: on this node the golden class is the only class, and the quota would keep the consumer off it.
+    """
+    result = CliRunner().invoke(
+        app, ["golden-image", "rbac", "--image-namespace", image_ns, "--consumer-namespace", consumer]
+    )
+    assert result.exit_code == 0, result.output
+    for manifest in yaml.safe_load_all(result.stdout):
+        node.api.apply(manifest, _object_path(manifest))
+
+
+def golden_datavolume(namespace: str, url: str, digest: str) -> dict[str, Any]:
+    """The golden image's DataVolume: an HTTP import with CDI's own checksum, sized exactly by SPEC §4."""
+    return {
+        "apiVersion": CDI_API_VERSION,
+        "kind": "DataVolume",
+        "metadata": {
+            "name": GOLDEN,
+            "namespace": namespace,
+            "annotations": {BIND_IMMEDIATE_ANNOTATION: "true"},
+        },
+        "spec": {
+            "source": {"http": {"url": url, "checksum": digest}},
+            "pvc": exact_pvc(PVC_SIZE, ["ReadWriteOnce"], "Filesystem", CLASS),
+        },
+    }
+
+
+def consumer_udsvm(golden: Golden, name: str, disk: dict[str, Any]) -> dict[str, Any]:
+    """A UDSVirtualMachine cloning the golden DataSource (as `uds-vmctl prep --golden-image` writes it), held
+    Halted so nothing tries to boot it on this node."""
+    return {
+        "apiVersion": "uds.dev/v1alpha1",
+        "kind": "UDSVirtualMachine",
+        "metadata": {"name": name, "namespace": golden.consumer},
+        "spec": {
+            "source": {"dataSource": {"name": GOLDEN, "namespace": golden.namespace}},
+            "disk": {"storageClassName": CLASS, **disk},
+            "runStrategy": "Halted",
+        },
+    }
+
+
+def claim(node: NodeHandle, namespace: str, name: str) -> dict[str, Any]:
+    pvc = node.api.get(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{name}")
+    assert pvc is not None, f"claim {namespace}/{name} is gone"
+    return dict(pvc)
+
+
+def claim_names(node: NodeHandle, namespace: str) -> set[str]:
+    return {
+        p["metadata"]["name"]
+        for p in node.api.items(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims")
+    }
+
+
+def data_source_ready(node: NodeHandle, namespace: str) -> dict[str, Any] | None:
+    ds = node.api.get(f"{CDI_API}/namespaces/{namespace}/datasources/{GOLDEN}") or {}
+    return ds if dv_condition(ds, "Ready").get("status") == "True" else None
+
+
+def await_clone(
+    node: NodeHandle, golden: Golden, dv_name: str
+) -> tuple[Any, dict[str, Any], dict[str, set[str]]]:
+    """Give CDI's target claim a real volume of exactly its request and wait, bounded, until the clone ends.
+
+    Returns (target volume, DataVolume, names of the pods seen in each namespace while waiting). No other
+    claim is offered: a host-assisted clone target has no scratch claim (see the module docstring), so one
+    asked for would leave this wait to time out and show it in the diagnosis.
+    """
+    target = offer_volume(node, golden.consumer, dv_name)
+    seen: dict[str, set[str]] = {golden.namespace: set(), golden.consumer: set()}
+
+    def finished() -> dict[str, Any] | None:
+        for namespace, names in seen.items():
+            names.update(
+                p["metadata"]["name"] for p in node.api.items(f"/api/v1/namespaces/{namespace}/pods")
+            )
+        dv = datavolume(node, golden.consumer, dv_name) or {}
+        return dv if (dv.get("status") or {}).get("phase") in ("Succeeded", "Failed") else None
+
+    try:
+        dv = wait_until(f"CDI to finish cloning into {dv_name}", finished, CLONE_TIMEOUT_S, 1.0)
+    except AssertionError as error:
+        detail = "\n".join(f"--- {ns} ---\n{diagnose(node, ns)}" for ns in seen)
+        raise AssertionError(f"{error}\npods seen: {seen}\n{detail}") from None
+    print(f"pods seen during the clone of {dv_name}: {json.dumps({k: sorted(v) for k, v in seen.items()})}")
+    return target, dv, seen
+
+
+def stopped_status(node: NodeHandle, namespace: str, name: str) -> dict[str, Any]:
+    """The operator's status once it derived it from the finished clone (Halted, disk ready: Stopped)."""
+
+    def stopped() -> dict[str, Any] | None:
+        status = vm_status(node, namespace, name)
+        return status if status.get("phase") == "Stopped" else None
+
+    return wait_until(f"{name} Stopped with its disk ready", stopped, 90)
+
+
+def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next((dict(c) for c in status.get("conditions") or [] if c.get("type") == kind), {})
+
+
+def identity_api(node: NodeHandle, user: str, groups: tuple[str, ...]) -> Api:
+    """A JSON client that is `user` in `groups` as far as the authorizer can tell (a client certificate)."""
+    plane = controlplane.attach(node.state_dir)
+    assert plane is not None, f"no control plane recorded in {node.state_dir}"
+    return Api(plane.kubeconfig_for(user, groups))
+
+
+def consumer_identity(namespace: str) -> tuple[str, tuple[str, ...]]:
+    """What a service-account token of `namespace` resolves to (so only RBAC bindings grant it anything)."""
+    return (
+        f"system:serviceaccount:{namespace}:default",
+        ("system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"),
+    )
+
+
+def allowed(api: Api, namespace: str, verb: str, resource: str, *, group: str, subresource: str = "") -> bool:
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {
+            "resourceAttributes": {
+                "namespace": namespace,
+                "verb": verb,
+                "group": group,
+                "resource": resource,
+                "subresource": subresource,
+            }
+        },
+    }
+    _, payload = api.call("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review)
+    return bool((payload.get("status") or {}).get("allowed"))
+
+
+# ----------------------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def golden(cdi: NodeHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Golden]:
+    """The golden namespace (protected by the CLI's RBAC) holding an imported, CDI-checksummed image and its
+    DataSource, and the consumer namespace. Shared by the module: one import serves every test."""
+    consumer = cdi.namespace("cdi-clone", RESTRICTED)
+    image_ns = cdi.namespace("golden", RESTRICTED)
+    try:
+        protect(cdi, image_ns, consumer)
+        served = tmp_path_factory.mktemp("golden-srv")
+        image = make_image(served, "qcow2", VIRTUAL_SIZE)  # qcow2: CDI converts, so the raw content differs
+        digest = "sha256:" + image.served_sha256
+        with bridge_image_server(served) as (base, _):
+            cdi.create(
+                golden_datavolume(image_ns, f"{base}/{image.path.name}", digest),
+                f"{CDI_API}/namespaces/{image_ns}/datavolumes",
+            )
+            volume, dv = await_import(cdi, image_ns, GOLDEN)
+        assert dv["status"]["phase"] == "Succeeded", (
+            f"golden import: {dv['status']}\n{diagnose(cdi, image_ns)}"
+        )
+        assert landed_bytes(volume, VIRTUAL_SIZE) == image.raw, (
+            "the golden disk holds the image's raw content"
+        )
+        cdi.create(data_source(GOLDEN, image_ns, GOLDEN), f"{CDI_API}/namespaces/{image_ns}/datasources")
+        wait_until("the golden DataSource Ready", lambda: data_source_ready(cdi, image_ns), 60)
+        yield Golden(image_ns, consumer, image, volume)
+    finally:
+        for name in (consumer, image_ns):
+            cdi.delete_namespace(name)
+
+
+@pytest.fixture(scope="module")
+def operator(
+    cdi: NodeHandle, golden: Golden, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    with running_operator(cdi, golden.consumer, tmp_path_factory.mktemp("operator-logs")) as process:
+        yield process
+
+
+# -------------------------------------------------------------------------------------------------- tests
+
+
+def test_a_consumer_vm_is_cloned_host_assisted_and_gets_the_golden_bytes(
+    cdi: NodeHandle, golden: Golden, operator: OperatorProcess
+) -> None:
+    vm, dv_name = "app", "app-dv"
+    cdi.api.apply(
+        consumer_udsvm(golden, vm, {"virtualSize": VIRTUAL_SIZE}),
+        f"{UDSVM_API}/namespaces/{golden.consumer}/udsvirtualmachines/{vm}",
+    )
+    target, dv, seen = await_clone(cdi, golden, dv_name)
+    assert dv["status"]["phase"] == "Succeeded", dv["status"]
+
+    # What the operator rendered, as CDI stored it: a sourceRef across namespaces, the SPEC §4 size.
+    assert dv["spec"]["sourceRef"] == {"kind": "DataSource", "name": GOLDEN, "namespace": golden.namespace}
+    assert dv["spec"]["pvc"]["resources"]["requests"]["storage"] == PVC_SIZE
+    annotations = dv["metadata"].get("annotations") or {}
+    assert annotations.get(CLONE_TOKEN), "CDI's webhook authorized the cross-namespace clone (token added)"
+    assert annotations.get(CLONE_TYPE) == HOST_ASSISTED, annotations
+
+    # How CDI did it: host-assisted, one claim, a cloner pod in the golden namespace, an upload pod here.
+    target_claim = claim(cdi, golden.consumer, dv_name)
+    assert claim_request(target_claim) == pvc_mib(VIRTUAL_SIZE) * MIB, (
+        "the target is exactly the SPEC §4 size"
+    )
+    claim_notes = target_claim["metadata"].get("annotations") or {}
+    assert claim_notes.get(CLONE_REQUEST) == f"{golden.namespace}/{GOLDEN}", claim_notes
+    assert claim_notes.get(CLONE_OF) == "true", claim_notes
+    assert claim_notes.get(SOURCE_POD) == f"{target_claim['metadata']['uid']}-source-pod", claim_notes
+    assert claim_notes.get(UPLOAD_POD) == f"cdi-upload-{dv_name}", claim_notes
+    assert claim_names(cdi, golden.consumer) == {dv_name}, "no scratch or temporary claim for the clone"
+    assert claim_names(cdi, golden.namespace) - {GOLDEN} <= {f"{GOLDEN}-scratch"}, "nothing new in golden"
+    assert verifier_pod_name(vm) not in seen[golden.consumer], "no verifier runs for an undeclared digest"
+
+    # The bytes: the clone holds exactly what the golden disk holds, which is the image's raw content.
+    cloned = landed_bytes(target, VIRTUAL_SIZE)
+    assert cloned == golden.image.raw, "the clone holds the golden image's raw content"
+    assert landed_bytes(golden.volume, VIRTUAL_SIZE) == golden.image.raw, "the golden disk is unchanged"
+
+    # What the operator says: the disk is ready and nothing was verified by it (no digest is declared).
+    status = stopped_status(cdi, golden.consumer, vm)
+    assert status["source"] == "dataSource" and status["pvcSize"] == PVC_SIZE, status
+    assert status["checksumVerified"] is False and not status.get("verifiedBy"), status
+    assert condition(status, "ChecksumVerified").get("reason") == "NoChecksumDeclared", status
+    assert condition(status, "DiskReady").get("status") == "True", status
+    assert data_source_ready(cdi, golden.namespace), "the golden DataSource still serves"
+
+
+def test_a_clone_without_a_declared_size_is_sized_by_cdi(
+    cdi: NodeHandle, golden: Golden, operator: OperatorProcess
+) -> None:
+    """`spec.storage` without a request: CDI's size-detection pod reads the golden disk and sizes the target.
+
+    accessModes is declared: the operator leaves it out of `spec.storage` when undeclared, and CDI can only
+    fill it in from the class's StorageProfile, which is empty for `kubernetes.io/no-provisioner`
+    (`getDefaultAccessModes`, pkg/controller/datavolume/util.go: "no matching accessMode specified").
+    """
+    vm, dv_name = "app-auto", "app-auto-dv"
+    cdi.api.apply(
+        consumer_udsvm(golden, vm, {"accessModes": ["ReadWriteOnce"]}),
+        f"{UDSVM_API}/namespaces/{golden.consumer}/udsvirtualmachines/{vm}",
+    )
+    target, dv, _ = await_clone(cdi, golden, dv_name)
+    assert dv["status"]["phase"] == "Succeeded", dv["status"]
+    assert "pvc" not in dv["spec"] and "resources" not in dv["spec"]["storage"], dv["spec"]
+    assert (dv["metadata"].get("annotations") or {}).get(CLONE_TYPE) == HOST_ASSISTED
+    request = claim_request(claim(cdi, golden.consumer, dv_name))
+    assert request >= VIRTUAL_SIZE, f"CDI sized the target at {request} bytes"
+    print(f"CDI sized the inferred clone target at {request} bytes (golden claim: {PVC_SIZE})")
+    assert landed_bytes(target, VIRTUAL_SIZE) == golden.image.raw
+    status = stopped_status(cdi, golden.consumer, vm)
+    assert status["checksumVerified"] is False, status
+
+
+def test_the_consumer_is_refused_every_write_to_the_golden_image(cdi: NodeHandle, golden: Golden) -> None:
+    user, groups = consumer_identity(golden.consumer)
+    consumer = identity_api(cdi, user, groups)
+    ns = golden.namespace
+    paths = {
+        "datavolume": f"{CDI_API}/namespaces/{ns}/datavolumes/{GOLDEN}",
+        "claim": f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{GOLDEN}",
+        "datasource": f"{CDI_API}/namespaces/{ns}/datasources/{GOLDEN}",
+    }
+    before: dict[str, dict[str, Any]] = {}
+    for what, path in paths.items():
+        current = cdi.api.get(path)
+        assert current is not None, f"the golden {what} exists before the test"
+        before[what] = current
+    try:
+        may_clone = allowed(consumer, ns, "create", "datavolumes", group=CDI_GROUP, subresource="source")
+        assert may_clone, "the consumer may clone from the golden namespace"
+        assert allowed(consumer, ns, "get", "datasources", group=CDI_GROUP), "may see what to clone"
+        for what, path in paths.items():
+            label = {"metadata": {"labels": {"stolen": "yes"}}}
+            consumer.call("PATCH", path, label, content_type="application/merge-patch+json", expect=(403,))
+            replaced = json.loads(json.dumps(before[what]))
+            replaced["metadata"].setdefault("labels", {})["stolen"] = "yes"
+            consumer.call("PUT", path, replaced, expect=(403,))
+            consumer.call("DELETE", path, expect=(403,))
+        repointed = data_source("stolen", ns, "elsewhere")
+        consumer.call("POST", f"{CDI_API}/namespaces/{ns}/datasources", repointed, expect=(403,))
+        blank = {
+            "apiVersion": CDI_API_VERSION,
+            "kind": "DataVolume",
+            "metadata": {"name": "stolen", "namespace": ns},
+            "spec": {
+                "source": {"blank": {}},
+                "pvc": exact_pvc("1Mi", ["ReadWriteOnce"], "Filesystem", CLASS),
+            },
+        }
+        consumer.call("POST", f"{CDI_API}/namespaces/{ns}/datavolumes", blank, expect=(403,))
+        consumer.call(
+            "POST", f"/api/v1/namespaces/{ns}/pods", {"apiVersion": "v1", "kind": "Pod"}, expect=(403,)
+        )
+    finally:
+        consumer.close()
+    for what, path in paths.items():
+        after = cdi.api.get(path) or {}
+        assert after["metadata"]["uid"] == before[what]["metadata"]["uid"], f"{what} is the same object"
+        assert "stolen" not in (after["metadata"].get("labels") or {}), f"{what} was not changed"
+    assert landed_bytes(golden.volume, VIRTUAL_SIZE) == golden.image.raw, "the golden disk is unchanged"
+
+
+def test_cdis_webhook_admits_a_clone_only_for_identities_granted_in_the_golden_namespace(
+    cdi: NodeHandle, golden: Golden
+) -> None:
+    """Dry-run creates (CDI's webhooks declare no side effects, so they run): the consumer's clone request
+    is admitted with a clone token; an identity that may create DataVolumes in the consumer namespace but
+    holds no `datavolumes/source` grant in the golden namespace is refused by CDI's SubjectAccessReview."""
+    consumer_user, consumer_groups = consumer_identity(golden.consumer)
+    outsider_user, outsider_groups = consumer_identity("elsewhere")
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    cdi.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "dv-creator", "namespace": golden.consumer},
+            "rules": [{"apiGroups": ["cdi.kubevirt.io"], "resources": ["datavolumes"], "verbs": ["create"]}],
+        },
+        f"{rbac}/namespaces/{golden.consumer}/roles",
+    )
+    cdi.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "dv-creator", "namespace": golden.consumer},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "dv-creator"},
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": consumer_user},
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": outsider_user},
+            ],
+        },
+        f"{rbac}/namespaces/{golden.consumer}/rolebindings",
+    )
+    request = {
+        "apiVersion": CDI_API_VERSION,
+        "kind": "DataVolume",
+        "metadata": {"name": "probe", "namespace": golden.consumer},
+        "spec": {
+            "sourceRef": {"kind": "DataSource", "name": GOLDEN, "namespace": golden.namespace},
+            "pvc": exact_pvc(PVC_SIZE, ["ReadWriteOnce"], "Filesystem", CLASS),
+        },
+    }
+    collection = f"{CDI_API}/namespaces/{golden.consumer}/datavolumes"
+    params = {"dryRun": "All", "fieldValidation": "Strict", "fieldManager": "uds-node-tests"}
+    consumer = identity_api(cdi, consumer_user, consumer_groups)
+    outsider = identity_api(cdi, outsider_user, outsider_groups)
+    try:
+        # RBAC is eventually consistent only within the API server's own cache: bound the first attempt.
+        def admit() -> dict[str, Any] | None:
+            code, payload = consumer.call("POST", collection, request, params=params, expect=(201, 403))
+            return dict(payload) if code == 201 else None
+
+        # The golden RoleBinding was written when the module started; the authorizer's cache is bounded.
+        admitted = wait_until("the consumer's dry-run clone admitted", admit, 30)
+        assert (admitted["metadata"].get("annotations") or {}).get(CLONE_TOKEN), admitted["metadata"]
+        _, refused = outsider.call("POST", collection, request, params=params, expect=(400, 403, 422))
+        assert INSUFFICIENT in json.dumps(refused), refused
+    finally:
+        consumer.close()
+        outsider.close()
+    assert datavolume(cdi, golden.consumer, "probe") is None, "dry runs store nothing"
