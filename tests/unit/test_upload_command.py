@@ -127,7 +127,7 @@ class FakeCdi:
     dv_is_upload: bool = True
     token_api: int = 201  # 201 serves tokens; 404/403/503 answer like a cluster without (access to) CDI
     upload_proxy_url_in_cdiconfig: str | None = None
-    upload_mode: str = "ok"  # ok | close-mid-body | not-ready
+    upload_mode: str = "ok"  # ok | close-mid-body | not-ready | busy
     expected_upload_token: str = UPLOAD_TOKEN
     token_requests: list[dict[str, Any]] = field(default_factory=list)
     upload_requests: list[dict[str, Any]] = field(default_factory=list)
@@ -245,6 +245,12 @@ def make_handler(fake: FakeCdi) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+                return
+            if fake.upload_mode == "busy":  # CDI's upload server while it still reads an earlier upload
+                self.rfile.read(length)
+                self.send_response(503)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
                 return
             hasher = hashlib.sha256()
             remaining = length
@@ -437,6 +443,15 @@ def test_upload_server_not_ready_is_explained(served: Served, image: Path) -> No
     code, out = cli(served, image, "--uploadproxy-url", served.url, "--ca-file", str(served.ca_file))
     assert code == 1
     assert "not ready (HTTP 503" in out and "rejecting Upload Request" in out
+
+
+def test_upload_server_busy_with_an_earlier_upload_says_to_rerun_shortly(served: Served, image: Path) -> None:
+    add_vm(served.fake, sha256_file(image))
+    served.fake.upload_mode = "busy"
+    code, out = cli(served, image, "--uploadproxy-url", served.url, "--ca-file", str(served.ca_file))
+    assert code == 1
+    assert "still busy with an earlier upload" in out and "re-run the same command in a few seconds" in out
+    assert "wait until the DataVolume reports UploadReady" not in out, "it already is UploadReady"
 
 
 def test_untrusted_certificate_suggests_ca_file_or_insecure(served: Served, image: Path) -> None:

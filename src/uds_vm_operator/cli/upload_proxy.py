@@ -4,7 +4,8 @@ The protocol (CDI ``pkg/uploadproxy``, ``doc/upload.md``): ``POST <proxy>/v1beta
 ``Authorization: Bearer <token>`` and the raw image as the body. The proxy answers 400 for a missing or
 malformed token, 401 for an invalid or expired one, 503 (with a reason in the body) while the upload server
 behind it is not ready, and otherwise relays the upload server's status: 200 once the data is written
-(the sync endpoint waits until CDI has processed the image).
+(the sync endpoint waits until CDI has processed the image), 503 without a body while the upload server is
+still reading an earlier upload.
 
 Every failure becomes an :class:`UploadError` whose message says what to do next. An interrupted upload is
 harmless: CDI discards partial data and accepts the whole image again, so the advice is to re-run.
@@ -157,6 +158,14 @@ def _check_response(status: int, body: str, sent: int, size: int) -> int:
         raise UploadAuthError(
             f"the upload proxy refused the request (HTTP 400{': ' + detail if detail else ''}); the token "
             "was missing or malformed, or does not name a PVC; re-run the command"
+        )
+    if status == 503 and not detail:
+        # The proxy's own 503s always carry a reason; a bare one is relayed from the upload server, which
+        # refuses a second POST while an earlier one is still being read (pkg/uploadserver in CDI v1.65).
+        raise UploadNotReadyError(
+            "the upload server is still busy with an earlier upload to this DataVolume (HTTP 503 without "
+            "a reason); an interrupted upload is released as soon as CDI notices the broken stream: if no "
+            "other upload is running, re-run the same command in a few seconds"
         )
     if status == 503:
         raise UploadNotReadyError(
