@@ -166,6 +166,25 @@ def vm_status(node: NodeHandle, namespace: str, name: str) -> dict[str, Any]:
     return dict(vm.get("status") or {})
 
 
+class ScratchOffer:
+    """Give each scratch claim CDI makes for a DataVolume (`<dv>-scratch`) a volume, as a provisioner does.
+
+    Call it on every poll while an import runs: CDI may ask for scratch space only after its importer looked
+    at the source, and a restarted cdi-controller or importer asks again with a new claim (tracked by UID).
+    """
+
+    def __init__(self, node: NodeHandle, namespace: str, dv_name: str, filesystem: str = "ext4") -> None:
+        self.node, self.namespace, self.dv_name, self.filesystem = node, namespace, dv_name, filesystem
+        self.offered: set[str] = set()
+
+    def __call__(self) -> None:
+        name = f"{self.dv_name}-scratch"
+        claim = self.node.api.get(f"/api/v1/namespaces/{self.namespace}/persistentvolumeclaims/{name}")
+        if claim and claim["metadata"]["uid"] not in self.offered and not claim["spec"].get("volumeName"):
+            offer_volume(self.node, self.namespace, name, self.filesystem)
+            self.offered.add(claim["metadata"]["uid"])
+
+
 def await_import(
     node: NodeHandle,
     namespace: str,
@@ -174,19 +193,17 @@ def await_import(
     *,
     timeout_s: float = 300.0,
     target: Any = None,
+    scratch: ScratchOffer | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     """Give CDI's claims (the target unless already offered as `target`, and, if CDI asks for one, its
     scratch claim) real volumes of exactly their requested size, and wait until CDI ends the import either
     way; returns (target volume, DV)."""
     if target is None:
         target = offer_volume(node, namespace, dv_name, filesystem)
-    offered: set[str] = set()  # scratch claims by UID: a restarted cdi-controller asks for a new one
+    offer_scratch = scratch if scratch is not None else ScratchOffer(node, namespace, dv_name, filesystem)
 
     def finished() -> dict[str, Any] | None:
-        scratch = node.api.get(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{dv_name}-scratch")
-        if scratch and scratch["metadata"]["uid"] not in offered and not scratch["spec"].get("volumeName"):
-            offer_volume(node, namespace, f"{dv_name}-scratch", filesystem)
-            offered.add(scratch["metadata"]["uid"])
+        offer_scratch()
         dv = datavolume(node, namespace, dv_name) or {}
         return dv if (dv.get("status") or {}).get("phase") in ("Succeeded", "Failed") else None
 

@@ -241,7 +241,11 @@ def _delete(client: Client, kind: Any, name: str, namespace: str | None = None) 
 
 
 def is_cdi_hook(kind: Any, name: str) -> bool:
-    """CDI's admission webhooks (``cdi-api-...``) and aggregated APIs (``v1beta1.upload.cdi.kubevirt.io``)."""
+    """CDI's admission webhooks (``cdi-api-...``) and aggregated APIs (``v1beta1.upload.cdi.kubevirt.io``).
+
+    Only an APIService with a ``spec.service`` is CDI's: the API server registers a local one for each CRD
+    group version itself (``v1beta1.cdi.kubevirt.io``), and those stay with the plane's CRDs.
+    """
     if kind is APIService:
         return name.endswith("." + CDI_GROUP_SUFFIX)
     return name.startswith("cdi-")
@@ -272,7 +276,8 @@ def uninstall(
     # DataVolumes (and namespace deletion, through discovery): whatever the operator did not remove goes here.
     for kind in (ValidatingWebhookConfiguration, MutatingWebhookConfiguration, APIService):
         for obj in client.list(kind):
-            if is_cdi_hook(kind, str(obj.metadata.name)):
+            served_by_a_service = kind is not APIService or obj.spec.service is not None
+            if served_by_a_service and is_cdi_hook(kind, str(obj.metadata.name)):
                 _delete(client, kind, str(obj.metadata.name))
     _delete(client, Namespace, NAMESPACE)
     # CRDs cdi-operator created for itself go too: the plane's copies carry only the plane's field manager.

@@ -16,6 +16,7 @@ import pytest
 from cdi_support import (
     MIB,
     RESTRICTED,
+    ScratchOffer,
     await_import,
     bridge_image_server,
     datavolume,
@@ -41,8 +42,12 @@ def pods(node: NodeHandle, namespace: str, selector: str) -> list[dict[str, Any]
     return node.api.items(f"/api/v1/namespaces/{namespace}/pods", selector)
 
 
-def importer_downloading(node: NodeHandle, namespace: str, requests: list[str]) -> dict[str, Any] | None:
-    """The importer pod, once it runs and has fetched from our server while the DataVolume imports."""
+def importer_downloading(
+    node: NodeHandle, namespace: str, requests: list[str], scratch: ScratchOffer
+) -> dict[str, Any] | None:
+    """The importer pod, once it runs and has fetched from our server while the DataVolume imports (CDI may
+    ask for scratch space first: offered as it appears)."""
+    scratch()
     phase = ((datavolume(node, namespace, DV) or {}).get("status") or {}).get("phase")
     running = [
         p for p in pods(node, namespace, "cdi.kubevirt.io=importer") if p["status"].get("phase") == "Running"
@@ -69,11 +74,12 @@ def test_a_fault_mid_import_claims_nothing_and_a_retry_ends_verified(
             f"/apis/uds.dev/v1alpha1/namespaces/{cdi_ns}/udsvirtualmachines/{VM}",
         )
         target = offer_volume(cdi, cdi_ns, DV)
+        scratch = ScratchOffer(cdi, cdi_ns, DV)
         importer = wait_or_diagnose(
             cdi,
             cdi_ns,
             "the importer mid-download",
-            lambda: importer_downloading(cdi, cdi_ns, requests),
+            lambda: importer_downloading(cdi, cdi_ns, requests, scratch),
             240,
         )
         if fault == "importer-pod":
@@ -88,7 +94,7 @@ def test_a_fault_mid_import_claims_nothing_and_a_retry_ends_verified(
 
         during = wait_or_diagnose(cdi, cdi_ns, "the operator's status mid-import", reported_in_flight, 60)
         assert during["checksumVerified"] is False and not during.get("verifiedBy"), during
-        _, dv = await_import(cdi, cdi_ns, DV, timeout_s=600, target=target)
+        _, dv = await_import(cdi, cdi_ns, DV, timeout_s=600, target=target, scratch=scratch)
         assert dv["status"]["phase"] == "Succeeded", dv["status"]
 
         def verified() -> dict[str, Any] | None:
