@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from cdi_support import ROOT, ensure_cdi
@@ -21,23 +22,21 @@ def _left_behind(node: NodeHandle) -> list[str]:
     left = []
     webhook = "/apis/admissionregistration.k8s.io/v1/{}webhookconfigurations"
 
-    def cdi_webhook(name: str) -> bool:
-        return name.startswith("cdi-")
+    def cdi_webhook(item: dict[str, Any]) -> bool:
+        return str(item["metadata"]["name"]).startswith("cdi-")
 
-    def cdi_api(name: str) -> bool:
-        return name.endswith(".cdi.kubevirt.io")
+    def cdi_api(item: dict[str, Any]) -> bool:
+        # a local APIService (no spec.service) is the API server's own, for a CRD group version: it stays
+        served = (item.get("spec") or {}).get("service") is not None
+        return served and str(item["metadata"]["name"]).endswith(".cdi.kubevirt.io")
 
     for path, is_cdi in (
         (webhook.format("validating"), cdi_webhook),
         (webhook.format("mutating"), cdi_webhook),
         ("/apis/apiregistration.k8s.io/v1/apiservices", cdi_api),
     ):
-        left += [
-            f"{path.rsplit('/', 1)[1]}/{item['metadata']['name']}"
-            for item in node.api.items(path)
-            # a local APIService (no spec.service) is the API server's own, for a CRD group version
-            if is_cdi(item["metadata"]["name"]) and (item.get("spec") or {}).get("service", True) is not None
-        ]
+        kind = path.rsplit("/", 1)[1]
+        left += [f"{kind}/{item['metadata']['name']}" for item in node.api.items(path) if is_cdi(item)]
     if node.api.get("/api/v1/namespaces/cdi") is not None:
         left.append("namespace/cdi")
     if node.api.items("/api/v1/namespaces/cdi/pods"):
