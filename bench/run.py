@@ -5,6 +5,7 @@ Usage: ``python -m bench.run [name ...]`` (no names: every ``bench/<name>.py`` w
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import pkgutil
@@ -21,7 +22,8 @@ NOT_BENCHES = {"run"}
 def available() -> list[str]:
     """Names of the benchmark modules in this package: those with a ``run()`` (helpers have none).
 
-    Found by reading each module's source for a top-level ``def run(``, so listing imports nothing.
+    Found by parsing each module for a top-level ``def run``, so listing imports nothing (a benchmark's
+    imports may start clusters' worth of machinery).
     """
     package_dir = Path(__file__).resolve().parent
     return sorted(
@@ -29,8 +31,13 @@ def available() -> list[str]:
         for m in pkgutil.iter_modules([str(package_dir)])
         if not m.name.startswith("_")
         and m.name not in NOT_BENCHES
-        and "\ndef run(" in (package_dir / f"{m.name}.py").read_text(encoding="utf-8")
+        and _defines_run(package_dir / f"{m.name}.py")
     )
+
+
+def _defines_run(module: Path) -> bool:
+    tree = ast.parse(module.read_text(encoding="utf-8"))
+    return any(isinstance(node, ast.FunctionDef) and node.name == "run" for node in tree.body)
 
 
 def run_one(name: str) -> dict[str, Any]:

@@ -172,6 +172,26 @@ def is_gone(client: Client, res: type[Any], name: str, namespace: str | None = N
     return False
 
 
+def access_review(
+    namespace: str, verb: str, resource: str, *, group: str = "", subresource: str = ""
+) -> dict[str, Any]:
+    """A SelfSubjectAccessReview asking whether the caller may do `verb` on `resource`: the tests prove RBAC
+    by asking the real API server's authorizer, never by reading back the Role they wrote."""
+    return {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {
+            "resourceAttributes": {
+                "namespace": namespace,
+                "verb": verb,
+                "group": group,
+                "resource": resource,
+                "subresource": subresource,
+            }
+        },
+    }
+
+
 def api_error_text(error: ApiError) -> str:
     """The API server's message plus the field causes, for assertions on why a write was rejected."""
     status = error.status

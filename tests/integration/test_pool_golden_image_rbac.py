@@ -23,7 +23,7 @@ from lightkube.types import PatchType
 from pool_play import http_client, release_pvc_protection
 from typer.testing import CliRunner
 
-from kube_helpers import DataVolume, apply_strict, create_strict
+from kube_helpers import DataVolume, access_review, apply_strict, create_strict
 from uds_vm_operator.cli.goldenimage import STORAGE_GUARD_QUOTA
 from uds_vm_operator.cli.main import app
 
@@ -31,21 +31,7 @@ from uds_vm_operator.cli.main import app
 def _ssar(
     client: Client, namespace: str, verb: str, resource: str, *, subresource: str = "", group: str = ""
 ) -> bool:
-    review = codecs.from_dict(
-        {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SelfSubjectAccessReview",
-            "spec": {
-                "resourceAttributes": {
-                    "namespace": namespace,
-                    "verb": verb,
-                    "group": group,
-                    "resource": resource,
-                    "subresource": subresource,
-                }
-            },
-        }
-    )
+    review = codecs.from_dict(access_review(namespace, verb, resource, group=group, subresource=subresource))
     result = client.create(review)
     assert isinstance(result, SelfSubjectAccessReview)
     return bool(result.status and result.status.allowed)

@@ -166,6 +166,19 @@ def vm_status(node: NodeHandle, namespace: str, name: str) -> dict[str, Any]:
     return dict(vm.get("status") or {})
 
 
+def await_verified(
+    node: NodeHandle, namespace: str, name: str, what: str, timeout_s: float
+) -> dict[str, Any]:
+    """The VM's status once the operator reports its disk verified (by CDI's checksum or its verifier pod);
+    the tests then assert *who* verified it and against which digest."""
+
+    def verified() -> dict[str, Any] | None:
+        status = vm_status(node, namespace, name)
+        return status if status.get("checksumVerified") else None
+
+    return dict(wait_or_diagnose(node, namespace, what, verified, timeout_s))
+
+
 class ScratchOffer:
     """Give each scratch claim CDI makes for a DataVolume (`<dv>-scratch`) a volume, as a provisioner does.
 

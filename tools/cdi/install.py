@@ -23,7 +23,7 @@ import argparse
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -240,14 +240,18 @@ def _delete(client: Client, kind: Any, name: str, namespace: str | None = None) 
             raise
 
 
-def is_cdi_hook(kind: Any, name: str) -> bool:
-    """CDI's admission webhooks (``cdi-api-...``) and aggregated APIs (``v1beta1.upload.cdi.kubevirt.io``).
+def is_cdi_hook(kind: str, item: Mapping[str, Any]) -> bool:
+    """CDI's admission webhooks (``cdi-api-...``) and aggregated APIs (``v1beta1.upload.cdi.kubevirt.io``):
+    left behind, they point at deleted Services and break every later request for their resources.
 
     Only an APIService with a ``spec.service`` is CDI's: the API server registers a local one for each CRD
-    group version itself (``v1beta1.cdi.kubevirt.io``), and those stay with the plane's CRDs.
+    group version itself (``v1beta1.cdi.kubevirt.io``), and those stay with the plane's CRDs. The teardown
+    check of the node tier asks this same question, so the two cannot drift apart.
     """
-    if kind is APIService:
-        return name.endswith("." + CDI_GROUP_SUFFIX)
+    name = str(item["metadata"]["name"])
+    if kind == "APIService":
+        served_by_a_service = (item.get("spec") or {}).get("service") is not None
+        return served_by_a_service and name.endswith("." + CDI_GROUP_SUFFIX)
     return name.startswith("cdi-")
 
 
@@ -276,12 +280,12 @@ def uninstall(
     # DataVolumes (and namespace deletion, through discovery): whatever the operator did not remove goes here.
     for kind in (ValidatingWebhookConfiguration, MutatingWebhookConfiguration, APIService):
         for obj in client.list(kind):
-            served_by_a_service = kind is not APIService or obj.spec.service is not None
-            if served_by_a_service and is_cdi_hook(kind, str(obj.metadata.name)):
+            if is_cdi_hook(kind.__name__, obj.to_dict()):
                 _delete(client, kind, str(obj.metadata.name))
     _delete(client, Namespace, NAMESPACE)
     # CRDs cdi-operator created for itself go too: the plane's copies carry only the plane's field manager.
-    names = [str(doc["metadata"]["name"]) for doc in plane_cdi_crds()]
+    crds = plane_cdi_crds()
+    names = [str(doc["metadata"]["name"]) for doc in crds]
     for name in names:
         _delete(client, CustomResourceDefinition, name)
     for name in names:
@@ -292,7 +296,7 @@ def uninstall(
     plane = controlplane.attach(state_dir)
     if plane is None:
         raise SystemExit(f"no control plane recorded in {state_dir}")
-    controlplane.install_crds(plane, plane_cdi_crds())
+    controlplane.install_crds(plane, crds)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -28,20 +28,19 @@ class TtlCache(Generic[T]):
         self._fetch = fetch
         self.ttl_s = ttl_s
         self._clock = clock
-        self._value: T | None = None
-        self._fetched = False
-        self._fetched_at = 0.0
+        # (value, when it was fetched), or None before the first fetch and after invalidate(): one piece of
+        # state, so a value can never be taken for fresh without its time.
+        self._entry: tuple[T, float] | None = None
         self._lock = asyncio.Lock()
 
     async def get(self) -> T:
         """The cached value, refreshed when stale (one fetch even under concurrency)."""
         async with self._lock:
             now = self._clock()
-            if not self._fetched or now - self._fetched_at >= self.ttl_s:
-                self._value = await self._fetch()
-                self._fetched, self._fetched_at = True, now
-            return self._value  # type: ignore[return-value]  # set above whenever _fetched is True
+            if self._entry is None or now - self._entry[1] >= self.ttl_s:
+                self._entry = (await self._fetch(), now)
+            return self._entry[0]
 
     def invalidate(self) -> None:
         """Forget the value, e.g. when an event shows the cluster changed; the next get() fetches."""
-        self._fetched = False
+        self._entry = None

@@ -10,33 +10,24 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from cdi_support import ROOT, ensure_cdi
+from install import is_cdi_hook
 from node_cluster import NodeHandle
 
 
 def _left_behind(node: NodeHandle) -> list[str]:
     """CDI's webhooks, aggregated APIs and namespace still present (they would break every later test)."""
     left = []
-    webhook = "/apis/admissionregistration.k8s.io/v1/{}webhookconfigurations"
-
-    def cdi_webhook(item: dict[str, Any]) -> bool:
-        return str(item["metadata"]["name"]).startswith("cdi-")
-
-    def cdi_api(item: dict[str, Any]) -> bool:
-        # a local APIService (no spec.service) is the API server's own, for a CRD group version: it stays
-        served = (item.get("spec") or {}).get("service") is not None
-        return served and str(item["metadata"]["name"]).endswith(".cdi.kubevirt.io")
-
-    for path, is_cdi in (
-        (webhook.format("validating"), cdi_webhook),
-        (webhook.format("mutating"), cdi_webhook),
-        ("/apis/apiregistration.k8s.io/v1/apiservices", cdi_api),
+    admission = "/apis/admissionregistration.k8s.io/v1"
+    for kind, path in (
+        ("ValidatingWebhookConfiguration", f"{admission}/validatingwebhookconfigurations"),
+        ("MutatingWebhookConfiguration", f"{admission}/mutatingwebhookconfigurations"),
+        ("APIService", "/apis/apiregistration.k8s.io/v1/apiservices"),
     ):
-        kind = path.rsplit("/", 1)[1]
-        left += [f"{kind}/{item['metadata']['name']}" for item in node.api.items(path) if is_cdi(item)]
+        items = node.api.items(path)
+        left += [f"{kind}/{item['metadata']['name']}" for item in items if is_cdi_hook(kind, item)]
     if node.api.get("/api/v1/namespaces/cdi") is not None:
         left.append("namespace/cdi")
     if node.api.items("/api/v1/namespaces/cdi/pods"):

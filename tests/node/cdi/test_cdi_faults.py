@@ -18,6 +18,7 @@ from cdi_support import (
     RESTRICTED,
     ScratchOffer,
     await_import,
+    await_verified,
     bridge_image_server,
     datavolume,
     http_udsvm,
@@ -96,12 +97,7 @@ def test_a_fault_mid_import_claims_nothing_and_a_retry_ends_verified(
         assert during["checksumVerified"] is False and not during.get("verifiedBy"), during
         _, dv = await_import(cdi, cdi_ns, DV, timeout_s=600, target=target, scratch=scratch)
         assert dv["status"]["phase"] == "Succeeded", dv["status"]
-
-        def verified() -> dict[str, Any] | None:
-            status = vm_status(cdi, cdi_ns, VM)
-            return status if status.get("checksumVerified") else None
-
-        status = wait_or_diagnose(cdi, cdi_ns, "checksumVerified after the retry", verified, 120)
+        status = await_verified(cdi, cdi_ns, VM, "checksumVerified after the retry", 120)
     assert status["verifiedBy"] == "cdi-http-checksum" and status["verifiedDigest"] == digest
     assert landed_bytes(target, VIRTUAL_SIZE) == image.raw, "the retried import left the whole disk"
     if fault == "cdi-controller":

@@ -64,6 +64,7 @@ from typer.testing import CliRunner
 
 import controlplane
 from integration.operator_harness import Api, OperatorProcess
+from kube_helpers import access_review
 from uds_vm_operator.apiversions import CDI_API_VERSION
 from uds_vm_operator.cli.main import app
 from uds_vm_operator.render.datavolume import BIND_IMMEDIATE_ANNOTATION, exact_pvc
@@ -231,19 +232,7 @@ def consumer_identity(namespace: str) -> tuple[str, tuple[str, ...]]:
 
 
 def allowed(api: Api, namespace: str, verb: str, resource: str, *, group: str, subresource: str = "") -> bool:
-    review = {
-        "apiVersion": "authorization.k8s.io/v1",
-        "kind": "SelfSubjectAccessReview",
-        "spec": {
-            "resourceAttributes": {
-                "namespace": namespace,
-                "verb": verb,
-                "group": group,
-                "resource": resource,
-                "subresource": subresource,
-            }
-        },
-    }
+    review = access_review(namespace, verb, resource, group=group, subresource=subresource)
     _, payload = api.call("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review)
     return bool((payload.get("status") or {}).get("allowed"))
 

@@ -50,6 +50,7 @@ from cdi_support import (
     MIB,
     RESTRICTED,
     DiskImage,
+    await_verified,
     datavolume,
     landed_bytes,
     offer_volume,
@@ -59,7 +60,7 @@ from cdi_support import (
 )
 from node_cluster import NodeHandle
 
-from cdi.test_cdi_upload import DV, PROXY_NAME, VM, prep_and_apply, proxy, succeeded, vmctl_upload
+from cdi.upload_support import DV, PROXY_NAME, VM, prep_and_apply, proxy, succeeded, vmctl_upload
 from integration.operator_harness import OperatorProcess
 
 VIRTUAL_SIZE = 64 * MIB
@@ -384,12 +385,7 @@ def test_killing_the_upload_proxy_mid_upload_claims_nothing_and_a_retry_ends_ver
     assert retried.returncode == 0, retried.stderr
     assert "local digest matches" in retried.stderr and f"uploaded {size} bytes" in retried.stderr
     succeeded(cdi, cdi_ns)
-
-    def verified() -> dict[str, Any] | None:
-        status = vm_status(cdi, cdi_ns, VM)
-        return status if status.get("checksumVerified") else None
-
-    status = wait_or_diagnose(cdi, cdi_ns, "the verifier's verdict after the retry", verified, 240)
+    status = await_verified(cdi, cdi_ns, VM, "the verifier's verdict after the retry", 240)
     assert status["verifiedBy"] == "in-cluster-verifier"
     assert status["verifiedDigest"] == report["sha256"]
     assert landed_bytes(target, VIRTUAL_SIZE) == image.raw, "the retried upload left the whole disk"
