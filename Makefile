@@ -94,7 +94,7 @@ test: install ## install everything, build what the tiers need (in parallel), ch
 	@echo "make test: building with -j$(TEST_JOBS) (each build's log appears when it ends)"
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-builds
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-checks
-	$(PY) -m pytest -q tests
+	$(PY) tools/run_test_tiers.py
 
 guest-deps: ## install the Debian packages the guest tier needs (QEMU, mmdebstrap, syslinux, xorriso, cloud-init)
 	@tools/guest/ensure-deps.sh

@@ -18,6 +18,19 @@ runroot = "$images_storage/run"
 CONF
 export CONTAINERS_STORAGE_CONF="$images_storage/storage.conf"
 
+# One image script at a time per cache: `make test` runs the build tier and the node tier at once, and both
+# may ask for the same uncached image (the operator's, its python base); the second waits, then finds it
+# cached, instead of building it again into the same archive. A script called by one that holds the lock
+# (image.sh runs base.sh) inherits it: the variable says so, and the open descriptor keeps it held.
+if [ -z "${UDS_IMAGES_LOCK_HELD:-}" ]; then
+  exec {images_lock_fd}>"$images_cache/.images.lock"
+  if ! flock --nonblock "$images_lock_fd"; then
+    echo "waiting for another image build using $images_cache" >&2
+    flock "$images_lock_fd"
+  fi
+  export UDS_IMAGES_LOCK_HELD=1
+fi
+
 die() { echo "error: $*" >&2; exit 1; }
 
 # The registry address (127.0.0.1:PORT, plain HTTP) from .envtest/registry; it must answer.

@@ -1,0 +1,62 @@
+"""`make test` runs the tiers in two pytest processes at once (tools/run_test_tiers.py): every tier must be in
+exactly one of them, and a failure in either must fail `make test` and be shown, with the other's results."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _runner() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("run_test_tiers", ROOT / "tools/run_test_tiers.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve the module's annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+def _covers(args: list[str], tier: str) -> bool:
+    """Whether pytest given `args` (paths and --ignore=PATH) collects the tier folder `tests/<tier>`."""
+    ignored = {a.split("=", 1)[1] for a in args if a.startswith("--ignore=")}
+    paths = [a for a in args if not a.startswith("-")]
+    folder = f"tests/{tier}"
+    return folder not in ignored and any(folder == p or folder.startswith(p + "/") for p in paths)
+
+
+def test_every_tier_runs_in_exactly_one_process() -> None:
+    groups = _runner().GROUPS
+    tiers = sorted(p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and any(p.glob("test_*.py")))
+    assert {"node", "unit", "integration", "guest", "build"} <= set(tiers), tiers  # the premise
+    for tier in tiers:
+        assert sum(_covers(args, tier) for args in groups.values()) == 1, tier
+
+
+def test_a_failure_in_either_process_fails_the_run_and_both_logs_are_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "good").mkdir()
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "good/test_good.py").write_text("def test_fine():\n    assert True\n")
+    (tmp_path / "bad/test_bad.py").write_text("def test_broken():\n    assert 1 == 2, 'the failure'\n")
+    groups = {"good one": [str(tmp_path / "good")], "bad one": [str(tmp_path / "bad")]}
+    status = _runner().run_all(groups, ["-p", "no:cacheprovider"], tmp_path / "logs", cwd=tmp_path)
+    out = capsys.readouterr().out
+    assert status != 0
+    assert "===== good one: passed" in out and "1 passed" in out
+    assert "===== bad one: FAILED" in out and "the failure" in out and "1 failed" in out
+
+
+def test_both_passing_is_success(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / f"test_{name}.py").write_text("def test_fine():\n    assert True\n")
+    groups = {"a": [str(tmp_path / "a")], "b": [str(tmp_path / "b")]}
+    assert _runner().run_all(groups, ["-p", "no:cacheprovider"], tmp_path / "logs", cwd=tmp_path) == 0
+    assert capsys.readouterr().out.count("passed after") == 2

@@ -1,0 +1,140 @@
+"""`make test`'s last step: every test tier, in two pytest processes that run at the same time.
+
+Why two: the real-node tier spends its quarter of an hour waiting on a kubelet, CDI and KubeVirt (the
+machine's load stays between 1 and 2 on 2 cores), while the other tiers (control planes, QEMU guests, image
+builds) want the CPU. One after the other they took 32 minutes; side by side they share the wait.
+
+Why they can: the tiers share nothing that one could break for the other. The node tier has the machine's
+only node (its lock file), its own control plane, registry and state dir (/tmp/udsn-*); the other tiers start
+control planes of their own on free ports; image builds that both may ask for serialise on the image cache's
+lock (tools/images/lib.sh). Every test still runs: `tests` minus `tests/node` and `tests/unit` in one
+process, those two in the other, so a new tier directory is picked up without editing this file.
+
+Output: each process writes its own log; a line every HEARTBEAT_S says which are still running, and each
+log is printed whole, under a header, when its process ends (like `make --output-sync`). The exit status is
+non-zero when either failed; both always run to the end, so one run reports every failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import IO
+
+ROOT = Path(__file__).resolve().parents[1]
+HEARTBEAT_S = 120.0
+STOP_GRACE_S = 120.0  # for the node tier's teardown (node-down, cdi-down) after a SIGTERM
+
+# name -> pytest arguments. Together they cover `tests` exactly once.
+GROUPS: dict[str, list[str]] = {
+    "node+unit": ["tests/node", "tests/unit"],
+    "the other tiers": ["tests", "--ignore=tests/node", "--ignore=tests/unit"],
+}
+
+
+@dataclass
+class Running:
+    """One pytest process of ours, its log and when it started."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    log: IO[bytes]
+    started: float
+
+
+def start(name: str, args: Sequence[str], log_dir: Path, extra: Sequence[str], cwd: Path) -> Running:
+    log_path = log_dir / (name.replace(" ", "-").replace("+", "-") + ".log")
+    log = log_path.open("wb")
+    command = [sys.executable, "-m", "pytest", "-q", *args, *extra]
+    process = subprocess.Popen(
+        command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+    )
+    return Running(name, process, log_path, log, time.monotonic())
+
+
+def report(run: Running, returncode: int) -> None:
+    """Print the finished process's whole log under a header naming it, its time and its exit status."""
+    run.log.close()
+    minutes, seconds = divmod(int(time.monotonic() - run.started), 60)
+    verdict = "passed" if returncode == 0 else f"FAILED (exit {returncode})"
+    took = f"{minutes} min {seconds:02d} s"
+    print(f"\n===== {run.name}: {verdict} after {took} ({run.log_path}) =====", flush=True)
+    sys.stdout.buffer.write(run.log_path.read_bytes())
+    sys.stdout.flush()
+
+
+def run_all(
+    groups: dict[str, list[str]],
+    extra: Sequence[str],
+    log_dir: Path,
+    cwd: Path = ROOT,
+    *,
+    handle_signals: bool = False,
+) -> int:
+    """Start every group, wait for all of them (printing heartbeats), print each log as it ends.
+
+    With ``handle_signals`` (the command line), SIGINT/SIGTERM are passed on to the pytest processes
+    before this one exits, so nothing they started outlives an interrupted `make test`.
+    """
+    log_dir.mkdir(parents=True, exist_ok=True)
+    runs = [start(name, args, log_dir, extra, cwd) for name, args in groups.items()]
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        # Our own children only, by their PIDs. SIGINT, not SIGTERM: pytest turns it into KeyboardInterrupt
+        # and runs the fixtures' teardown (node-down, cdi-down), where SIGTERM would end it on the spot.
+        for run in runs:
+            if run.process.poll() is None:
+                run.process.send_signal(signal.SIGINT)
+        for run in runs:
+            try:
+                run.process.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                run.process.kill()
+        raise SystemExit(128 + signum)
+
+    if handle_signals:
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+    print(f"make test: {len(runs)} pytest processes at once; logs in {log_dir}", flush=True)
+    for run in runs:
+        print(f"  {run.name}: pid {run.process.pid}, pytest {' '.join(groups[run.name])}", flush=True)
+    status = 0
+    pending = list(runs)
+    last_beat = time.monotonic()
+    while pending:
+        for run in list(pending):
+            returncode = run.process.poll()
+            if returncode is not None:
+                pending.remove(run)
+                report(run, returncode)
+                status = status or returncode
+        if pending and time.monotonic() - last_beat >= HEARTBEAT_S:
+            last_beat = time.monotonic()
+            still = ", ".join(f"{r.name} ({int(last_beat - r.started) // 60} min)" for r in pending)
+            print(f"make test: still running: {still}", flush=True)
+        time.sleep(1.0)
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--log-dir", type=Path, help="where the logs go (default: a new temporary folder)")
+    parser.add_argument("pytest_args", nargs="*", help="passed to both pytest processes (after --)")
+    args = parser.parse_args(argv)
+    log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="uds-test-tiers-"))
+    return run_all(GROUPS, args.pytest_args, log_dir, handle_signals=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
