@@ -92,16 +92,30 @@ def assert_locked_down(api: Api, namespace: str, pod: dict[str, Any]) -> None:
     assert code == 403 and 'violates PodSecurity "restricted' in str(body)
 
 
-def test_match_verifies_in_cluster_and_lets_the_vm_run(
-    api: Api, si7_operator: OperatorProcess, restricted_namespace: str, tmp_path: Path, control_plane: Any
+def declared_source(kind: str, declared: str, namespace: str) -> dict[str, Any]:
+    """An upload with its digest, or a golden-image clone declaring the content digest (prep's output)."""
+    if kind == "upload":
+        return {"upload": {"checksum": declared}}
+    return {kind: {"name": "golden", "namespace": namespace, "checksum": declared}}
+
+
+@pytest.mark.parametrize("kind", ["upload", "dataSource", "pvc"])
+def test_match_verifies_in_cluster_and_lets_the_vm_run(  # noqa: PLR0917 (fixtures)
+    api: Api,
+    si7_operator: OperatorProcess,
+    restricted_namespace: str,
+    tmp_path: Path,
+    control_plane: Any,
+    kind: str,
 ) -> None:
+    """Played: CDI's upload or clone succeeded (the real clone is in tests/node/cdi/test_cdi_golden_clone)."""
     ns = restricted_namespace
     image = os.urandom(VIRTUAL_SIZE)
     declared = "sha256:" + hashlib.sha256(image).hexdigest()
     disk = tmp_path / "disk.img"
     disk.write_bytes(image + bytes(1 << 20))  # CDI grows disk.img to the PVC
     with recording(Path(control_plane.kubeconfig), kv_collection(ns), "web", vm_run_strategy) as vm_watch:
-        apply_vm(api, ns, {"upload": {"checksum": declared}})
+        apply_vm(api, ns, declared_source(kind, declared, ns))
 
         pod = verifier_pod(api, ns)  # admitted under enforce=restricted, applied with Strict validation
         assert_locked_down(api, ns, pod)

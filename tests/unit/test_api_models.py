@@ -55,6 +55,8 @@ def test_json_round_trip_uses_the_camel_case_names_of_the_spec() -> None:
         ({"registry": {"url": "docker://r/i:1"}}, "registry", None),
         ({"dataSource": {"name": "golden"}}, "dataSource", None),
         ({"pvc": {"name": "base", "namespace": "imgs"}}, "pvc", None),
+        ({"dataSource": {"name": "golden", "checksum": SHA256}}, "dataSource", SHA256),
+        ({"pvc": {"name": "base", "checksum": SHA512}}, "pvc", SHA512),
         ({"blank": {}}, "blank", None),
     ],
 )
@@ -70,6 +72,10 @@ def test_source_kind_and_declared_checksum(source: dict[str, Any], kind: str, ch
         ({"source": {}}, "exactly one of spec.source.{upload,http,s3,registry,dataSource,pvc,blank}"),
         ({"source": {"upload": {}, "blank": {}}}, "found upload, blank"),
         ({"source": {"upload": {"checksum": "sha256:abc"}}}, "spec.source.upload.checksum: write the digest"),
+        (
+            {"source": {"dataSource": {"name": "g", "checksum": "sha256:abc"}}},
+            "spec.source.dataSource.checksum: write the digest",
+        ),
         ({"source": {"upload": {"checksum": "md5:" + "a" * 32}}}, "sha256:<64 hex>"),
         ({"source": {"upload": {"checksum": "sha256:" + "A" * 64}}}, "lower case"),
         ({"source": {"http": {"url": "ftp://x"}}}, "spec.source.http.url"),

@@ -159,8 +159,12 @@ def test_golden_image_and_zarf(raw_image: Path, tmp_path: Path) -> None:
     assert ds["kind"] == "DataSource"
     assert ds["spec"]["source"]["pvc"] == {"name": "ubuntu-2204", "namespace": "default"}
     udsvm = yaml.safe_load((out / "web.udsvm.yaml").read_text())
-    assert udsvm["spec"]["source"] == {"dataSource": {"name": "ubuntu-2204", "namespace": "default"}}
-    UDSVirtualMachineSpec.model_validate(udsvm["spec"])
+    # The clone declares the raw-content digest, so the operator verifies the cloned disk before it boots.
+    assert report["content_sha256"].startswith("sha256:")
+    assert udsvm["spec"]["source"] == {
+        "dataSource": {"name": "ubuntu-2204", "namespace": "default", "checksum": report["content_sha256"]}
+    }
+    assert UDSVirtualMachineSpec.model_validate(udsvm["spec"]).declared_checksum == report["content_sha256"]
     zarf = yaml.safe_load((out / "zarf-component.yaml").read_text())
     component = zarf["components"][0]
     assert component["files"][0]["shasum"] == report["sha256"].split(":")[1]

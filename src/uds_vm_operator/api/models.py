@@ -172,6 +172,22 @@ class ObjectRef(ApiModel):
     namespace: DnsLabel | None = None
 
 
+class CloneSource(ObjectRef):
+    """A disk CDI clones (a golden image's DataSource, or a PVC); ``checksum`` makes the clone verified.
+
+    A clone has no image file, so the digest is of the disk's raw content: the ``content sha256`` that
+    ``uds-vmctl prep`` prints for the golden image. With it, the operator's verifier hashes the clone before
+    the VM may start (SI-7 for every clone, and so for the golden image it was copied from); without it,
+    nothing is claimed verified.
+    """
+
+    checksum: Checksum | None = Field(
+        default=None,
+        description="Digest of the cloned disk's raw content (uds-vmctl prep: content sha256); "
+        "verified in the cluster before the VM starts.",
+    )
+
+
 class BlankSource(ApiModel):
     """An empty disk of ``disk.virtualSize``."""
 
@@ -192,8 +208,8 @@ class Source(ApiModel):
     http: HttpSource | None = None
     s3: S3Source | None = None
     registry: RegistrySource | None = None
-    data_source: ObjectRef | None = None
-    pvc: ObjectRef | None = None
+    data_source: CloneSource | None = None
+    pvc: CloneSource | None = None
     blank: BlankSource | None = None
 
     @model_validator(mode="after")

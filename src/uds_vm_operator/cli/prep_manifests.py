@@ -103,11 +103,16 @@ def image_record_configmap(record: dict[str, Any], target: ManifestTarget) -> di
 
 
 def udsvm_manifest(report: dict[str, Any], target: ManifestTarget) -> dict[str, Any]:
-    """A UDSVirtualMachine for this image: upload with the file's checksum, or a clone of the golden image."""
+    """A UDSVirtualMachine for this image: upload with the file's checksum, or a clone of the golden image.
+
+    A clone declares the raw-content digest (a clone copies disk content, not the file), so the operator's
+    verifier checks the cloned disk, and with it the golden image, before the VM starts.
+    """
     if target.data_source_name:
-        source: dict[str, Any] = {
-            "dataSource": {"name": target.data_source_name, "namespace": target.namespace}
-        }
+        clone: dict[str, Any] = {"name": target.data_source_name, "namespace": target.namespace}
+        if report.get("content_sha256"):
+            clone["checksum"] = report["content_sha256"]
+        source: dict[str, Any] = {"dataSource": clone}
     else:
         source = {"upload": {"checksum": report["sha256"]}}
     return {

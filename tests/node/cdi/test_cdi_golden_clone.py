@@ -26,14 +26,18 @@ What CDI v1.65.0 does here, read from its code:
   token (`AuthorizeUser`, staging/.../core/v1beta1/authorize.go; pkg/apiserver/webhooks/datavolume-mutate.go).
   The operator runs as the admin here, so the consumer identity's grant is proven by a dry-run create.
 
-What the operator claims for a clone: nothing. `spec.source.dataSource` carries no digest, so verification
-is `not-declared` (controller/verification.py): `checksumVerified: false`, condition `ChecksumVerified`
-reason `NoChecksumDeclared`, no verifier pod, and the VM is not held for a digest. The test itself proves the
-bytes.
+What the operator claims for a clone depends on the declaration. Without `spec.source.dataSource.checksum`
+verification is `not-declared` (controller/verification.py): `checksumVerified: false`, condition
+`ChecksumVerified` reason `NoChecksumDeclared`, no verifier pod, the VM not held for a digest; the test
+itself proves the bytes. With the golden image's raw-content digest declared (what `uds-vmctl prep
+--golden-image` writes), the operator's verifier pod, running the image built in this run, hashes the real
+clone on the node: the right digest releases the VM (`verifiedBy: in-cluster-verifier`), a digest of other
+content fails it with `ChecksumMismatch` and the VM never runs.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -67,6 +71,7 @@ from integration.operator_harness import Api, OperatorProcess
 from kube_helpers import access_review
 from uds_vm_operator.apiversions import CDI_API_VERSION
 from uds_vm_operator.cli.main import app
+from uds_vm_operator.controller.verification import VERIFICATION_ANNOTATION
 from uds_vm_operator.render.datavolume import BIND_IMMEDIATE_ANNOTATION, exact_pvc
 from uds_vm_operator.render.goldenimage import data_source
 from uds_vm_operator.render.verifier import verifier_pod_name
@@ -140,15 +145,20 @@ def golden_datavolume(namespace: str, url: str, digest: str) -> dict[str, Any]:
     }
 
 
-def consumer_udsvm(golden: Golden, name: str, disk: dict[str, Any]) -> dict[str, Any]:
-    """A UDSVirtualMachine cloning the golden DataSource (as `uds-vmctl prep --golden-image` writes it), held
-    Halted so nothing tries to boot it on this node."""
+def consumer_udsvm(
+    golden: Golden, name: str, disk: dict[str, Any], checksum: str | None = None
+) -> dict[str, Any]:
+    """A UDSVirtualMachine cloning the golden DataSource (as `uds-vmctl prep --golden-image` writes it, there
+    with the content digest as `checksum`), held Halted so nothing tries to boot it on this node."""
+    clone = {"name": GOLDEN, "namespace": golden.namespace}
+    if checksum is not None:
+        clone["checksum"] = checksum
     return {
         "apiVersion": "uds.dev/v1alpha1",
         "kind": "UDSVirtualMachine",
         "metadata": {"name": name, "namespace": golden.consumer},
         "spec": {
-            "source": {"dataSource": {"name": GOLDEN, "namespace": golden.namespace}},
+            "source": {"dataSource": clone},
             "disk": {"storageClassName": CLASS, **disk},
             "runStrategy": "Halted",
         },
@@ -273,9 +283,11 @@ def golden(cdi: NodeHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 @pytest.fixture(scope="module")
 def operator(
-    cdi: NodeHandle, golden: Golden, tmp_path_factory: pytest.TempPathFactory
+    cdi: NodeHandle, golden: Golden, operator_image: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    with running_operator(cdi, golden.consumer, tmp_path_factory.mktemp("operator-logs")) as process:
+    """The operator as a host process; its verifier pods run the image built in this run, on the node."""
+    logs = tmp_path_factory.mktemp("operator-logs")
+    with running_operator(cdi, golden.consumer, logs, operator_image) as process:
         yield process
 
 
@@ -326,6 +338,67 @@ def test_a_consumer_vm_is_cloned_host_assisted_and_gets_the_golden_bytes(
     assert condition(status, "ChecksumVerified").get("reason") == "NoChecksumDeclared", status
     assert condition(status, "DiskReady").get("status") == "True", status
     assert data_source_ready(cdi, golden.namespace), "the golden DataSource still serves"
+
+
+def settled_status(node: NodeHandle, namespace: str, name: str) -> dict[str, Any]:
+    """The status once the verdict is in: Stopped (verified, held by the user's Halted) or Failed."""
+
+    def settled() -> dict[str, Any] | None:
+        status = vm_status(node, namespace, name)
+        return status if status.get("phase") in ("Stopped", "Failed") else None
+
+    try:
+        return wait_until(f"{name}'s verdict", settled, 180)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{diagnose(node, namespace)}") from None
+
+
+@pytest.mark.parametrize(
+    ("declared", "vm"), [("golden-content", "si7-golden"), ("other-content", "si7-other")]
+)
+def test_a_declared_content_digest_is_verified_on_the_real_clone_before_the_vm_may_run(
+    cdi: NodeHandle, golden: Golden, operator: OperatorProcess, declared: str, vm: str
+) -> None:
+    dv_name = f"{vm}-dv"
+    right = "sha256:" + golden.image.raw_sha256
+    other = "sha256:" + hashlib.sha256(golden.image.raw[:-1] + b"\x01").hexdigest()
+    digest = right if declared == "golden-content" else other
+    cdi.api.apply(
+        consumer_udsvm(golden, vm, {"virtualSize": VIRTUAL_SIZE}, checksum=digest),
+        f"{UDSVM_API}/namespaces/{golden.consumer}/udsvirtualmachines/{vm}",
+    )
+    target, dv, _ = await_clone(cdi, golden, dv_name)
+    assert dv["status"]["phase"] == "Succeeded", dv["status"]
+    assert landed_bytes(target, VIRTUAL_SIZE) == golden.image.raw, "CDI cloned the golden bytes either way"
+    assert "checksum" not in json.dumps(dv["spec"]), "CDI's clone source has no digest: the operator checks"
+
+    status = settled_status(cdi, golden.consumer, vm)
+    dv_annotations = _annotations(cdi, golden.consumer, dv_name)
+    verdict = json.loads(dv_annotations.get(VERIFICATION_ANNOTATION, "{}"))
+    kubevirt_vm = cdi.api.get(f"/apis/kubevirt.io/v1/namespaces/{golden.consumer}/virtualmachines/{vm}")
+    if declared == "golden-content":
+        assert status["phase"] == "Stopped" and status["checksumVerified"] is True, status
+        assert status["verifiedBy"] == "in-cluster-verifier" and status["verifiedDigest"] == right, status
+        assert condition(status, "ChecksumVerified").get("reason") == "InClusterVerifier", status
+        assert verdict == {"result": "match", "expected": right, "actual": right, "bytes": VIRTUAL_SIZE}
+    else:
+        assert status["phase"] == "Failed" and status["checksumVerified"] is False, status
+        mismatch = condition(status, "ChecksumVerified")
+        assert mismatch.get("reason") == "ChecksumMismatch", status
+        assert other in mismatch["message"] and right in mismatch["message"], mismatch
+        assert verdict["result"] == "mismatch" and verdict["actual"] == right, dv_annotations
+        assert not status.get("verifiedBy"), status
+    if kubevirt_vm is not None:
+        assert kubevirt_vm["spec"]["runStrategy"] == "Halted", "never set to run on an unverified clone"
+    wait_until(
+        f"{vm}'s verifier pod removed",
+        lambda: cdi.api.get(f"/api/v1/namespaces/{golden.consumer}/pods/{verifier_pod_name(vm)}") is None,
+        60,
+    )
+
+
+def _annotations(node: NodeHandle, namespace: str, name: str) -> dict[str, str]:
+    return dict(((datavolume(node, namespace, name) or {}).get("metadata") or {}).get("annotations") or {})
 
 
 def test_the_consumer_is_refused_every_write_to_the_golden_image(cdi: NodeHandle, golden: Golden) -> None:
