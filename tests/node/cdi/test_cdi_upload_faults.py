@@ -1,5 +1,6 @@
 """Issue 15 items 4 and 7: cdi-uploadproxy killed mid-upload. The operator never claims the disk verified, and
-a retry ends verified, with the whole disk on the volume.
+a retry ends verified, with the whole disk on the volume. And a dropped connection "resumed" by sending only
+the rest of the file: CDI takes the rest as a whole image, and the verifier refuses it.
 
 `uds-vmctl upload` goes through a TCP relay in this process (TLS passes through it untouched; the CLI checks
 the proxy's certificate with `--tls-server-name`). After HOLD_AFTER_BYTES the relay stops forwarding the
@@ -62,6 +63,8 @@ from node_cluster import NodeHandle
 
 from cdi.upload_support import DV, PROXY_NAME, VM, prep_and_apply, proxy, succeeded, vmctl_upload
 from integration.operator_harness import OperatorProcess
+from uds_vm_operator.cli.upload import ClusterClient, request_upload_token
+from uds_vm_operator.cli.upload_proxy import ProxyTarget, stream_upload
 
 VIRTUAL_SIZE = 64 * MIB
 HOLD_AFTER_BYTES = 8 * MIB
@@ -389,3 +392,70 @@ def test_killing_the_upload_proxy_mid_upload_claims_nothing_and_a_retry_ends_ver
     assert status["verifiedBy"] == "in-cluster-verifier"
     assert status["verifiedDigest"] == report["sha256"]
     assert landed_bytes(target, VIRTUAL_SIZE) == image.raw, "the retried upload left the whole disk"
+
+
+@pytest.mark.timeout(1200)
+def test_an_upload_resumed_after_a_dropped_connection_is_caught_never_a_silently_wrong_disk(
+    cdi: NodeHandle, operator: OperatorProcess, cdi_ns: str, tmp_path: Path
+) -> None:
+    """CDI's upload server cannot resume a byte stream: each POST's body is read from its first byte as the
+    whole image (pkg/uploadserver; its `ProcessDataResume` resumes processing after an async upload, not
+    bytes). A client that "resumes" after a dropped connection by sending only the bytes it had not sent yet
+    hands CDI another image. `uds-vmctl upload` never does that (it says to re-run the whole upload, proven
+    above); a virtctl-style client could. What must hold: the disk that lands is never taken for the image,
+    and the VM never runs."""
+    image = dense_qcow2(tmp_path / "img", VIRTUAL_SIZE, seed=11)
+    report = prep_and_apply(cdi, cdi_ns, image.path, tmp_path / "out")
+    target, _ = claims_offered(cdi, cdi_ns)
+    url, ca = proxy(cdi, tmp_path)
+    parts = urlsplit(url)
+    server = upload_server_pod(cdi, cdi_ns)
+
+    # 1. The connection drops mid-upload (the relay resets both sides; the proxy itself stays up).
+    with (
+        ThreadPoolExecutor(max_workers=1) as pool,
+        HoldingRelay((parts.hostname or "", parts.port or 443), HOLD_AFTER_BYTES) as relay,
+    ):
+        upload = pool.submit(vmctl_upload, cdi, cdi_ns, image.path, relay.url, ca)
+        wait_or_diagnose(
+            cdi, cdi_ns, "the relay to hold the upload", lambda: relay.held.is_set() or upload.done(), 180
+        )
+        assert not upload.done(), f"the CLI ended before the relay held it: {upload.result().stderr}"
+        relay.cut()
+        interrupted = upload.result(timeout=180)
+    assert interrupted.returncode == 1, interrupted.stderr
+    assert "interrupted before CDI confirmed it" in interrupted.stderr, interrupted.stderr
+    wait_or_diagnose(
+        cdi,
+        cdi_ns,
+        "CDI's upload server to reject the cut stream",
+        lambda: "Saving stream failed" in pod_log(cdi, server),
+        120,
+    )
+    not_verified(vm_status(cdi, cdi_ns, VM), "after the drop")
+
+    # 2. The "resume": the rest of the file, from where the client stopped, with a fresh token.
+    rest = tmp_path / "rest-of-image.bin"
+    rest.write_bytes(image.path.read_bytes()[HOLD_AFTER_BYTES:])
+    cluster = ClusterClient.connect(cdi.kubeconfig)
+    try:
+        token = request_upload_token(cluster, cdi_ns, DV)
+    finally:
+        cluster.close()
+    sent = stream_upload(ProxyTarget(url, str(ca), server_name=PROXY_NAME), token, rest)
+    assert sent == rest.stat().st_size
+    succeeded(cdi, cdi_ns)
+
+    # 3. CDI took the rest as a whole raw image; the operator's verifier refuses it and the VM never runs.
+    def failed() -> dict[str, Any] | None:
+        status = vm_status(cdi, cdi_ns, VM)
+        return status if status.get("phase") == "Failed" else None
+
+    status = wait_or_diagnose(cdi, cdi_ns, "the verifier's verdict on the resumed disk", failed, 240)
+    assert status["checksumVerified"] is False and not status.get("verifiedBy"), status
+    mismatch = next(c for c in status["conditions"] if c["type"] == "ChecksumVerified")
+    assert mismatch["reason"] == "ChecksumMismatch", mismatch
+    assert report["content_sha256"] in mismatch["message"], "measured against the digest prep sealed"
+    assert landed_bytes(target, VIRTUAL_SIZE) != image.raw, "the landed disk is not the image"
+    vm = cdi.api.get(f"/apis/kubevirt.io/v1/namespaces/{cdi_ns}/virtualmachines/{VM}") or {}
+    assert vm.get("spec", {}).get("runStrategy") == "Halted", "the VM never started"
