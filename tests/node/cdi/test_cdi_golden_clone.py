@@ -171,6 +171,22 @@ def claim(node: NodeHandle, namespace: str, name: str) -> dict[str, Any]:
     return dict(pvc)
 
 
+def marked_cloned(node: NodeHandle, namespace: str, name: str) -> dict[str, Any]:
+    """The target claim once CDI's clone controller has marked it `k8s.io/CloneOf: "true"`.
+
+    Bounded wait, not a read: the DataVolume controller turns the DataVolume Succeeded from the upload pod's
+    phase, while the clone controller adds CloneOf only once it also sees the source pod finished
+    (`updatePvcFromPod`, pkg/controller/clone-controller.go), so the DataVolume may be Succeeded first
+    (seen in a cold CI run).
+    """
+
+    def marked() -> dict[str, Any] | None:
+        pvc = claim(node, namespace, name)
+        return pvc if (pvc["metadata"].get("annotations") or {}).get(CLONE_OF) == "true" else None
+
+    return wait_until(f"CDI's clone controller to mark {namespace}/{name} CloneOf", marked, 60)
+
+
 def claim_names(node: NodeHandle, namespace: str) -> set[str]:
     return {
         p["metadata"]["name"]
@@ -313,7 +329,7 @@ def test_a_consumer_vm_is_cloned_host_assisted_and_gets_the_golden_bytes(
     assert annotations.get(CLONE_TYPE) == HOST_ASSISTED, annotations
 
     # How CDI did it: host-assisted, one claim, a cloner pod in the golden namespace, an upload pod here.
-    target_claim = claim(cdi, golden.consumer, dv_name)
+    target_claim = marked_cloned(cdi, golden.consumer, dv_name)
     assert claim_request(target_claim) == pvc_mib(VIRTUAL_SIZE) * MIB, (
         "the target is exactly the SPEC §4 size"
     )
