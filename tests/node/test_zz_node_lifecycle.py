@@ -22,10 +22,12 @@ from pathlib import Path
 import host_baseline
 import node_configs as cfg
 import probes
-from node_cluster import NodeHandle, load_handle
+from node_cluster import NodeHandle, load_handle, wait_until
 
 import node as node_launcher
 from processes import ProcessRecord
+
+CRASH_DEATH_TIMEOUT_S = 30.0
 
 
 def _all_records(state: Path) -> list[ProcessRecord]:
@@ -63,10 +65,20 @@ def _loop_devices_backed_by(folder: Path) -> list[str]:
 
 
 def _crash(state: Path) -> None:
-    """Every process we started dies at once; containers and shims keep running, as after an OOM."""
-    for record in _all_records(state):
-        if record.is_alive():
-            os.kill(record.pid, signal.SIGKILL)
+    """Every process we started dies at once; containers and shims keep running, as after an OOM.
+
+    Returns once each is really gone: SIGKILL takes effect only when a process leaves the kernel (one in
+    uninterruptible I/O, e.g. the kubelet unmounting, lingers), and a node-up in that moment rightly sees a
+    live node (seen once: the next node-up refused to start beside it)."""
+    killed = [record for record in _all_records(state) if record.is_alive()]
+    for record in killed:
+        os.kill(record.pid, signal.SIGKILL)
+    wait_until(
+        "the killed processes to be gone",
+        lambda: not any(record.is_alive() for record in killed),
+        CRASH_DEATH_TIMEOUT_S,
+        0.1,
+    )
 
 
 def _iptables_drift(before: dict[str, list[str]], now: dict[str, list[str]]) -> dict[str, object]:
