@@ -40,7 +40,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -211,6 +211,26 @@ def _reset(sock: socket.socket) -> None:
         sock.close()
 
 
+@contextlib.contextmanager
+def held_upload(
+    node: NodeHandle, namespace: str, image: Path, url: str, ca: Path
+) -> Iterator[tuple[HoldingRelay, Future[subprocess.CompletedProcess[str]]]]:
+    """`uds-vmctl upload` of `image` through a HoldingRelay, entered once the relay holds it mid-stream (the
+    CLI still running). The relay is left before the CLI's thread is joined: on a failure it resets the held
+    connection, so the CLI ends at once."""
+    parts = urlsplit(url)
+    with (
+        ThreadPoolExecutor(max_workers=1) as pool,
+        HoldingRelay((parts.hostname or "", parts.port or 443), HOLD_AFTER_BYTES) as relay,
+    ):
+        upload = pool.submit(vmctl_upload, node, namespace, image, relay.url, ca)
+        wait_or_diagnose(
+            node, namespace, "the relay to hold the upload", lambda: relay.held.is_set() or upload.done(), 180
+        )
+        assert not upload.done(), f"the CLI ended before the relay held it: {upload.result().stderr}"
+        yield relay, upload
+
+
 # ---------------------------------------------------------------------------------------------- CDI's side
 
 
@@ -247,6 +267,17 @@ def restarts(pod: dict[str, Any]) -> int:
 def pod_log(node: NodeHandle, pod: dict[str, Any]) -> str:
     meta = pod["metadata"]
     return str(node.api.text(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/log"))
+
+
+def await_cut_stream_rejected(node: NodeHandle, namespace: str, server: dict[str, Any]) -> None:
+    """CDI's upload server failed the cut stream (and, per its code, keeps serving for the next POST)."""
+    wait_or_diagnose(
+        node,
+        namespace,
+        "CDI's upload server to reject the cut stream",
+        lambda: "Saving stream failed" in pod_log(node, server),
+        120,
+    )
 
 
 def scratch_bytes(scratch: Any) -> int:
@@ -332,19 +363,9 @@ def test_killing_the_upload_proxy_mid_upload_claims_nothing_and_a_retry_ends_ver
     before = wait_or_diagnose(cdi, cdi_ns, "the operator to report WaitingForUpload", waiting, 120)
     not_verified(before, "before the upload")
     server = upload_server_pod(cdi, cdi_ns)
-    parts = urlsplit(url)
 
     # 1. The upload through the relay, held after HOLD_AFTER_BYTES, then the proxy killed under it.
-    # The relay is left first: on a failure it resets the held connection, so the CLI's thread ends at once.
-    with (
-        ThreadPoolExecutor(max_workers=1) as pool,
-        HoldingRelay((parts.hostname or "", parts.port or 443), HOLD_AFTER_BYTES) as relay,
-    ):
-        upload = pool.submit(vmctl_upload, cdi, cdi_ns, image.path, relay.url, ca)
-        wait_or_diagnose(
-            cdi, cdi_ns, "the relay to hold the upload", lambda: relay.held.is_set() or upload.done(), 180
-        )
-        assert not upload.done(), f"the CLI ended before the relay held it: {upload.result().stderr}"
+    with held_upload(cdi, cdi_ns, image.path, url, ca) as (relay, upload):
         wait_or_diagnose(
             cdi,
             cdi_ns,
@@ -367,13 +388,7 @@ def test_killing_the_upload_proxy_mid_upload_claims_nothing_and_a_retry_ends_ver
     assert "interrupted before CDI confirmed it" in interrupted.stderr, interrupted.stderr
     assert f"of {size} bytes sent" in interrupted.stderr, interrupted.stderr
     assert "re-run the same command" in interrupted.stderr, interrupted.stderr
-    wait_or_diagnose(
-        cdi,
-        cdi_ns,
-        "CDI's upload server to reject the cut stream",
-        lambda: "Saving stream failed" in pod_log(cdi, server),
-        120,
-    )
+    await_cut_stream_rejected(cdi, cdi_ns, server)
     after = upload_server_pod(cdi, cdi_ns)
     assert after["metadata"]["uid"] == server["metadata"]["uid"], "CDI kept the same upload server pod"
     assert restarts(after) == 0 and after["status"].get("phase") == "Running", after["status"]
@@ -408,30 +423,15 @@ def test_an_upload_resumed_after_a_dropped_connection_is_caught_never_a_silently
     report = prep_and_apply(cdi, cdi_ns, image.path, tmp_path / "out")
     target, _ = claims_offered(cdi, cdi_ns)
     url, ca = proxy(cdi, tmp_path)
-    parts = urlsplit(url)
     server = upload_server_pod(cdi, cdi_ns)
 
     # 1. The connection drops mid-upload (the relay resets both sides; the proxy itself stays up).
-    with (
-        ThreadPoolExecutor(max_workers=1) as pool,
-        HoldingRelay((parts.hostname or "", parts.port or 443), HOLD_AFTER_BYTES) as relay,
-    ):
-        upload = pool.submit(vmctl_upload, cdi, cdi_ns, image.path, relay.url, ca)
-        wait_or_diagnose(
-            cdi, cdi_ns, "the relay to hold the upload", lambda: relay.held.is_set() or upload.done(), 180
-        )
-        assert not upload.done(), f"the CLI ended before the relay held it: {upload.result().stderr}"
+    with held_upload(cdi, cdi_ns, image.path, url, ca) as (relay, upload):
         relay.cut()
         interrupted = upload.result(timeout=180)
     assert interrupted.returncode == 1, interrupted.stderr
     assert "interrupted before CDI confirmed it" in interrupted.stderr, interrupted.stderr
-    wait_or_diagnose(
-        cdi,
-        cdi_ns,
-        "CDI's upload server to reject the cut stream",
-        lambda: "Saving stream failed" in pod_log(cdi, server),
-        120,
-    )
+    await_cut_stream_rejected(cdi, cdi_ns, server)
     not_verified(vm_status(cdi, cdi_ns, VM), "after the drop")
 
     # 2. The "resume": the rest of the file, from where the client stopped, with a fresh token.
