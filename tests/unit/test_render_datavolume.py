@@ -130,6 +130,10 @@ def test_clone_without_size_lets_cdi_infer_it(source: dict[str, Any]) -> None:
     assert "pvc" not in spec
     assert "resources" not in spec["storage"]
     assert expected_pvc_size(parse_vm_spec({"source": source})) is None
+    # Always written: a StorageProfile without claim property sets gives CDI no access mode to pick.
+    assert spec["storage"]["accessModes"] == ["ReadWriteOnce"]
+    declared = dv({"source": source, "disk": {"accessModes": ["ReadWriteMany"]}})["spec"]
+    assert declared["storage"]["accessModes"] == ["ReadWriteMany"]
 
 
 @pytest.mark.parametrize(

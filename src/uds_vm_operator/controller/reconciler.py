@@ -12,6 +12,7 @@ Event) and not retried until it changes, because retrying cannot fix it. See doc
 from __future__ import annotations
 
 import base64
+import copy
 import dataclasses
 import functools
 import logging
@@ -72,6 +73,24 @@ log = logging.getLogger("uds_vm_operator.reconcile")
 STATUS_MESSAGE_LIMIT = 4000
 STATUS_QUANTITY_LIMIT = 32
 DV_TERMINAL_WITH_DATA = frozenset({"Succeeded"})
+
+
+def populated_before_rendered_access_modes(desired: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
+    """A populated size-less clone DataVolume made before the renderer wrote ``spec.storage.accessModes``.
+
+    Its spec differs from ours only by that field, CDI's webhook forbids adding it (DataVolume specs are
+    immutable), and the disk already holds data: it is kept as it is, neither re-applied nor reported.
+    """
+    if (current.get("status") or {}).get("phase") not in DV_TERMINAL_WITH_DATA:
+        return False
+    current_spec = current.get("spec") or {}
+    if "accessModes" in (current_spec.get("storage") or {}):
+        return False
+    desired_spec = copy.deepcopy(dict(desired.get("spec") or {}))
+    storage = desired_spec.get("storage")
+    if not isinstance(storage, dict) or storage.pop("accessModes", None) is None:
+        return False
+    return is_subset(desired_spec, current_spec)
 
 
 @dataclass
@@ -303,6 +322,9 @@ class Reconciler(Controller):
         current = await self._observed(kind, owner.namespace, child_name, owner=owner.name)
         ctx.first_children = ctx.first_children and current is None
         if kind is kube.DATA_VOLUME and current is not None:
+            if populated_before_rendered_access_modes(desired, current):
+                ctx.observed[key] = current
+                return
             blocker, current = await self._settle_datavolume(owner, desired, current, ctx.outcome)
             ctx.disk_blocker = ctx.disk_blocker or blocker
             if blocker is not None:

@@ -111,13 +111,14 @@ def exact_pvc(
     return pvc
 
 
-def _inferred_storage(
-    access_modes: list[str] | None, volume_mode: str, storage_class: str | None
-) -> dict[str, Any]:
-    """A ``spec.storage`` block without a size: CDI takes the size of the clone source."""
-    storage: dict[str, Any] = {"volumeMode": volume_mode}
-    if access_modes:
-        storage["accessModes"] = access_modes
+def _inferred_storage(access_modes: list[str], volume_mode: str, storage_class: str | None) -> dict[str, Any]:
+    """A ``spec.storage`` block without a size: CDI takes the size of the clone source.
+
+    ``accessModes`` always: CDI fills missing ones from the class's StorageProfile, and a profile with no
+    claim property sets (every ``kubernetes.io/no-provisioner`` class) has none, so CDI would fail the clone
+    with "no matching accessMode specified in StorageProfile".
+    """
+    storage: dict[str, Any] = {"volumeMode": volume_mode, "accessModes": access_modes}
     if storage_class:
         storage["storageClassName"] = storage_class
     return storage
@@ -148,9 +149,7 @@ def render_root_datavolume(owner: Owner, spec: UDSVirtualMachineSpec, facts: Clu
         )
     elif spec.source.is_clone:
         body["storage"] = _inferred_storage(
-            list(spec.disk.access_modes) if spec.disk.access_modes else None,
-            spec.disk.volume_mode,
-            spec.disk.storage_class_name,
+            root_access_modes(spec), spec.disk.volume_mode, spec.disk.storage_class_name
         )
     else:
         raise SpecError(

@@ -33,13 +33,13 @@ def test_a_clone_without_a_declared_size_is_sized_by_cdi(
 ) -> None:
     """`spec.storage` without a request: CDI's size-detection pod reads the golden disk and sizes the target.
 
-    accessModes is declared: the operator leaves it out of `spec.storage` when undeclared, and CDI can only
+    accessModes is not declared: the operator always renders it into `spec.storage`, since CDI could only
     fill it in from the class's StorageProfile, which is empty for `kubernetes.io/no-provisioner`
     (`getDefaultAccessModes`, pkg/controller/datavolume/util.go: "no matching accessMode specified").
     """
     vm, dv_name = "app-auto", "app-auto-dv"
     cdi.api.apply(
-        consumer_udsvm(golden, vm, {"accessModes": ["ReadWriteOnce"]}),
+        consumer_udsvm(golden, vm, {}),
         f"{UDSVM_API}/namespaces/{golden.consumer}/udsvirtualmachines/{vm}",
     )
     target, dv, _ = await_clone(cdi, golden, dv_name)
