@@ -89,10 +89,15 @@ def test_http_vm_goes_from_apply_to_ready_with_cdi_verified_digest(
     assert (ready["status"], ready["reason"]) == ("True", "VirtualMachineRunning")
     assert condition(status, "DiskReady")["status"] == "True"
 
-    events = api.items(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
-    reasons = [e["reason"] for e in events if e["regarding"]["uid"] == uid]
-    for reason in ("Pending", "Importing", "Provisioning", "Ready"):
-        assert reason in reasons, reasons
+    # The phase's Event is written after the status that shows it: wait for it (bounded), do not read once.
+    expected = ("Pending", "Importing", "Provisioning", "Ready")
+
+    def phase_events() -> list[dict[str, Any]] | None:
+        events = api.items(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+        reasons = {e["reason"] for e in events if e["regarding"]["uid"] == uid}
+        return events if set(expected) <= reasons else None
+
+    events = wait_for(phase_events, 30, 0.2, what=f"the Events {expected}")
     assert all(e["reportingController"] == "uds.dev/uds-vm-operator" for e in events)
 
     metrics = operator.metrics()
