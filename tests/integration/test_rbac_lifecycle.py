@@ -190,9 +190,14 @@ def test_operator_with_only_the_chart_rbac_completes_the_lifecycle(
     play_kubevirt(api, ns, "web", "Running", True)
     wait_phase(api, operator, ns, "web", "Ready")
     assert api.get(kv_path(ns, "web"))["metadata"]["uid"] == vm_uid  # type: ignore[index]
-    events = api.items(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")
-    reasons = {e["reason"] for e in events if e["regarding"]["uid"] == uid}
-    assert {"ChecksumVerified", "Ready", "Stopped"} <= reasons, reasons
+
+    # The Ready Event is written after the status that shows Ready: wait for it (bounded), do not read once.
+    def reasons() -> set[str]:
+        events = api.items(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")
+        return {e["reason"] for e in events if e["regarding"]["uid"] == uid}
+
+    wanted = {"ChecksumVerified", "Ready", "Stopped"}
+    wait_for(lambda: wanted <= reasons() or None, 30, 0.2, what=f"the Events {sorted(wanted)}")
 
     # Delete: the garbage collector removes every owned child, the verifier's NetworkPolicy included
     # (kept until then: spec changes such as stop/start must not prune it as a stale child).
