@@ -110,6 +110,22 @@ def wait_phase(
         ) from None
 
 
+def await_event_reasons(api: Api, namespace: str, uid: str, reasons: set[str]) -> list[dict[str, Any]]:
+    """The namespace's Events once those regarding `uid` carry every reason (bounded wait).
+
+    A phase's Event is written after the status that shows the phase, so one read right after a
+    `wait_phase` may come between the two.
+    """
+
+    def present() -> list[dict[str, Any]] | None:
+        events = api.items(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+        seen = {e["reason"] for e in events if e["regarding"]["uid"] == uid}
+        return events if reasons <= seen else None
+
+    result: list[dict[str, Any]] = wait_for(present, 30, 0.2, what=f"the Events {sorted(reasons)}")
+    return result
+
+
 def condition(status: dict[str, Any], cond_type: str) -> dict[str, Any]:
     return next(c for c in status.get("conditions") or [] if c["type"] == cond_type)
 

@@ -14,6 +14,7 @@ from typing import Any
 from operator_fixtures import (
     SHA,
     api,
+    await_event_reasons,
     condition,
     core_path,
     dv_path,
@@ -89,15 +90,7 @@ def test_http_vm_goes_from_apply_to_ready_with_cdi_verified_digest(
     assert (ready["status"], ready["reason"]) == ("True", "VirtualMachineRunning")
     assert condition(status, "DiskReady")["status"] == "True"
 
-    # The phase's Event is written after the status that shows it: wait for it (bounded), do not read once.
-    expected = ("Pending", "Importing", "Provisioning", "Ready")
-
-    def phase_events() -> list[dict[str, Any]] | None:
-        events = api.items(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
-        reasons = {e["reason"] for e in events if e["regarding"]["uid"] == uid}
-        return events if set(expected) <= reasons else None
-
-    events = wait_for(phase_events, 30, 0.2, what=f"the Events {expected}")
+    events = await_event_reasons(api, namespace, uid, {"Pending", "Importing", "Provisioning", "Ready"})
     assert all(e["reportingController"] == "uds.dev/uds-vm-operator" for e in events)
 
     metrics = operator.metrics()

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from operator_fixtures import (
     api,
+    await_event_reasons,
     condition,
     core_path,
     dv_path,
@@ -190,14 +191,7 @@ def test_operator_with_only_the_chart_rbac_completes_the_lifecycle(
     play_kubevirt(api, ns, "web", "Running", True)
     wait_phase(api, operator, ns, "web", "Ready")
     assert api.get(kv_path(ns, "web"))["metadata"]["uid"] == vm_uid  # type: ignore[index]
-
-    # The Ready Event is written after the status that shows Ready: wait for it (bounded), do not read once.
-    def reasons() -> set[str]:
-        events = api.items(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")
-        return {e["reason"] for e in events if e["regarding"]["uid"] == uid}
-
-    wanted = {"ChecksumVerified", "Ready", "Stopped"}
-    wait_for(lambda: wanted <= reasons() or None, 30, 0.2, what=f"the Events {sorted(wanted)}")
+    await_event_reasons(api, ns, uid, {"ChecksumVerified", "Ready", "Stopped"})
 
     # Delete: the garbage collector removes every owned child, the verifier's NetworkPolicy included
     # (kept until then: spec changes such as stop/start must not prune it as a stale child).

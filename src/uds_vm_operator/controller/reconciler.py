@@ -12,7 +12,6 @@ Event) and not retried until it changes, because retrying cannot fix it. See doc
 from __future__ import annotations
 
 import base64
-import copy
 import dataclasses
 import functools
 import logging
@@ -81,16 +80,17 @@ def populated_before_rendered_access_modes(desired: Mapping[str, Any], current: 
     Its spec differs from ours only by that field, CDI's webhook forbids adding it (DataVolume specs are
     immutable), and the disk already holds data: it is kept as it is, neither re-applied nor reported.
     """
+    desired_spec = desired.get("spec") or {}
+    storage = desired_spec.get("storage")
+    if not isinstance(storage, Mapping) or "accessModes" not in storage:
+        return False  # sized disks (spec.pvc), the reconcile's common case, stop here without copying
+    current_spec = current.get("spec") or {}
     if (current.get("status") or {}).get("phase") not in DV_TERMINAL_WITH_DATA:
         return False
-    current_spec = current.get("spec") or {}
     if "accessModes" in (current_spec.get("storage") or {}):
         return False
-    desired_spec = copy.deepcopy(dict(desired.get("spec") or {}))
-    storage = desired_spec.get("storage")
-    if not isinstance(storage, dict) or storage.pop("accessModes", None) is None:
-        return False
-    return is_subset(desired_spec, current_spec)
+    without = {key: value for key, value in storage.items() if key != "accessModes"}
+    return is_subset({**desired_spec, "storage": without}, current_spec)
 
 
 @dataclass

@@ -228,14 +228,24 @@ def await_clone(
     return target, dv, seen
 
 
+def status_in(
+    node: NodeHandle, namespace: str, name: str, phases: tuple[str, ...], timeout_s: float
+) -> dict[str, Any]:
+    """The operator's status once its phase is one of `phases` (bounded; on timeout, the namespace's pods)."""
+
+    def reached() -> dict[str, Any] | None:
+        status = vm_status(node, namespace, name)
+        return status if status.get("phase") in phases else None
+
+    try:
+        return wait_until(f"{name} in phase {'/'.join(phases)}", reached, timeout_s)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{diagnose(node, namespace)}") from None
+
+
 def stopped_status(node: NodeHandle, namespace: str, name: str) -> dict[str, Any]:
     """The operator's status once it derived it from the finished clone (Halted, disk ready: Stopped)."""
-
-    def stopped() -> dict[str, Any] | None:
-        status = vm_status(node, namespace, name)
-        return status if status.get("phase") == "Stopped" else None
-
-    return wait_until(f"{name} Stopped with its disk ready", stopped, 90)
+    return status_in(node, namespace, name, ("Stopped",), 90)
 
 
 def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -356,19 +366,6 @@ def test_a_consumer_vm_is_cloned_host_assisted_and_gets_the_golden_bytes(
     assert data_source_ready(cdi, golden.namespace), "the golden DataSource still serves"
 
 
-def settled_status(node: NodeHandle, namespace: str, name: str) -> dict[str, Any]:
-    """The status once the verdict is in: Stopped (verified, held by the user's Halted) or Failed."""
-
-    def settled() -> dict[str, Any] | None:
-        status = vm_status(node, namespace, name)
-        return status if status.get("phase") in ("Stopped", "Failed") else None
-
-    try:
-        return wait_until(f"{name}'s verdict", settled, 180)
-    except AssertionError as error:
-        raise AssertionError(f"{error}\n{diagnose(node, namespace)}") from None
-
-
 @pytest.mark.parametrize(
     ("declared", "vm"), [("golden-content", "si7-golden"), ("other-content", "si7-other")]
 )
@@ -388,7 +385,7 @@ def test_a_declared_content_digest_is_verified_on_the_real_clone_before_the_vm_m
     assert landed_bytes(target, VIRTUAL_SIZE) == golden.image.raw, "CDI cloned the golden bytes either way"
     assert "checksum" not in json.dumps(dv["spec"]), "CDI's clone source has no digest: the operator checks"
 
-    status = settled_status(cdi, golden.consumer, vm)
+    status = status_in(cdi, golden.consumer, vm, ("Stopped", "Failed"), 180)  # the verdict is in
     dv_annotations = _annotations(cdi, golden.consumer, dv_name)
     verdict = json.loads(dv_annotations.get(VERIFICATION_ANNOTATION, "{}"))
     kubevirt_vm = cdi.api.get(f"/apis/kubevirt.io/v1/namespaces/{golden.consumer}/virtualmachines/{vm}")
