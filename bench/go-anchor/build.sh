@@ -19,7 +19,9 @@ stamp="$cache/bin/.stamp"
 link="$root/.envtest/bin/go-anchor"
 if ! { [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$inputs" ] && [ -x "$bin" ]; }; then
   mkdir -p "$cache/bin"
-  export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=readonly GOWORK=off
+  # shellcheck source=/dev/null
+  . "$root/tools/go-build-env.sh"
+  export CGO_ENABLED=0
   start=$(date +%s)
   echo "building the Go anchor (controller-runtime ${CONTROLLER_RUNTIME_VERSION}) into $bin" >&2
   (cd "$here" && go build -trimpath -ldflags "-s -w" -o "$bin.tmp" .) >&2

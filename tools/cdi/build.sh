@@ -45,7 +45,8 @@ work="$cache/module"
 rm -rf "$work" && mkdir -p "$work" "$bin"
 cp "$here/gomod/go.mod" "$here/gomod/go.sum" "$work/"
 (cd "$work" && GOWORK=off go mod edit -replace "libguestfs.org/libnbd=$nbd_src/golang")
-export GOTOOLCHAIN=local GOFLAGS=-mod=readonly GOWORK=off
+# shellcheck source=/dev/null
+. "$root/tools/go-build-env.sh"
 ver="-X kubevirt.io/containerized-data-importer/pkg/version.gitVersion=${CDI_VERSION}"
 echo "building CDI ${CDI_VERSION} into $bin; a cold build takes a few minutes" >&2
 for t in "${tools[@]}"; do

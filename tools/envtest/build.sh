@@ -19,7 +19,9 @@ command -v go >/dev/null || { echo "error: Go is required to build the test cont
 grep -q "k8s.io/kubernetes ${K8S_VERSION}" "$here/k8s/go.mod" || { echo "error: tools/envtest/k8s/go.mod does not pin k8s.io/kubernetes ${K8S_VERSION} (versions.env)" >&2; exit 1; }
 grep -q "go.etcd.io/etcd/server/v3 ${ETCD_VERSION}" "$here/etcd/go.mod" || { echo "error: tools/envtest/etcd/go.mod does not pin etcd ${ETCD_VERSION} (versions.env)" >&2; exit 1; }
 mkdir -p "$bin"
-export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=readonly GOWORK=off
+# shellcheck source=/dev/null
+. "$root/tools/go-build-env.sh"
+export CGO_ENABLED=0
 ver="-X k8s.io/component-base/version.gitVersion=${K8S_VERSION} -X k8s.io/component-base/version.gitMajor=$(echo "$K8S_VERSION" | cut -d. -f1 | tr -d v) -X k8s.io/component-base/version.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2)"
 start=$(date +%s)
 echo "building the test control plane (${K8S_VERSION}, etcd ${ETCD_VERSION}) into $bin; a cold build takes a while" >&2

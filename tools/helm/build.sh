@@ -18,7 +18,9 @@ command -v go >/dev/null || { echo "error: Go is required to build helm (install
 grep -q "helm.sh/helm/v3 ${HELM_VERSION}" "$here/go.mod" \
   || { echo "error: tools/helm/go.mod does not pin helm.sh/helm/v3 ${HELM_VERSION} (versions.env); run: cd tools/helm && go get -tool helm.sh/helm/v3/cmd/helm@${HELM_VERSION}" >&2; exit 1; }
 mkdir -p "$bin"
-export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=readonly GOWORK=off
+# shellcheck source=/dev/null
+. "$root/tools/go-build-env.sh"
+export CGO_ENABLED=0
 # Like helm's own Makefile: the default Kubernetes version of `helm template`/`helm lint` follows the
 # client-go it was built with (v0.37 -> 1.37), otherwise it would claim Kubernetes 1.20.
 cgo="$(awk '$1 == "k8s.io/client-go" {print $2}' "$here/go.mod")"

@@ -25,7 +25,9 @@ grep -q "kubevirt.io/kubevirt ${KUBEVIRT_VERSION}" "$here/go.mod" \
   || { echo "error: tools/kubevirt/go.mod does not pin kubevirt.io/kubevirt ${KUBEVIRT_VERSION} (versions.env)" >&2; exit 1; }
 mkdir -p "$bin"
 # CGO off: virt-api and virt-controller need no C library; the static binaries run on a minbase image.
-export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=readonly GOWORK=off
+# shellcheck source=/dev/null
+. "$root/tools/go-build-env.sh"
+export CGO_ENABLED=0
 ver="-X kubevirt.io/client-go/version.gitVersion=${KUBEVIRT_VERSION}"
 start=$(date +%s)
 echo "building KubeVirt ${KUBEVIRT_VERSION} (${components[*]}) into $bin; a cold build takes minutes" >&2

@@ -30,7 +30,9 @@ if [ "$(replaces "$here/k8s/go.mod")" != "$(replaces "$root/tools/envtest/k8s/go
   exit 1
 fi
 mkdir -p "$bin"
-export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=readonly GOWORK=off
+# shellcheck source=/dev/null
+. "$root/tools/go-build-env.sh"
+export CGO_ENABLED=0
 ver="-X k8s.io/component-base/version.gitVersion=${K8S_VERSION} -X k8s.io/component-base/version.gitMajor=$(echo "$K8S_VERSION" | cut -d. -f1 | tr -d v) -X k8s.io/component-base/version.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2)"
 start=$(date +%s)
 echo "building the real node (${K8S_VERSION}, CoreDNS ${COREDNS_VERSION}, kube-router ${KUBE_ROUTER_VERSION}) into $bin" >&2

@@ -18,7 +18,9 @@ command -v go >/dev/null || { echo "error: Go is required to build $name (instal
 grep -q "$module ${version}" "$moddir/go.mod" \
   || { echo "error: tools/$name/go.mod does not pin $module ${version} (versions.env); run: cd tools/$name && go get -tool $pkg@${version}" >&2; exit 1; }
 mkdir -p "$bin"
-export CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=readonly GOWORK=off
+# shellcheck source=/dev/null
+. "$root/tools/go-build-env.sh"
+export CGO_ENABLED=0
 start=$(date +%s)
 echo "building $name ${version} into $bin" >&2
 (cd "$moddir" && go build -trimpath -ldflags "-s -w $ldflags" -o "$bin/$name.tmp" "$pkg") >&2
