@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build CDI's binaries (operator, controller, apiserver, uploadproxy, cloner, importer, uploadserver, and the
+# Build CDI's binaries (operator, controller, apiserver, uploadproxy, cloner, importer, uploadserver, the
+# image-size detector that CDI runs from the importer image to size a clone whose DataVolume names no size, and the
 # manifest-generator that renders the operator's install manifests) from the pinned
 # kubevirt.io/containerized-data-importer Go module into a cache outside the clone, like tools/envtest/build.sh.
 #
@@ -19,7 +20,8 @@ key="$(cat "$here/gomod/go.mod" "$here/gomod/go.sum" "$here/build.sh" | sha256su
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/uds-vm-operator/cdi-${CDI_VERSION}-${key}"
 bin="$cache/bin"
 stamp="$bin/.stamp"
-tools=(cdi-operator cdi-controller cdi-apiserver cdi-uploadproxy cdi-cloner cdi-importer cdi-uploadserver manifest-generator)
+tools=(cdi-operator cdi-controller cdi-apiserver cdi-uploadproxy cdi-cloner cdi-importer cdi-uploadserver cdi-image-size-detection
+       manifest-generator)
 want="cdi=${CDI_VERSION} libnbd=${CDI_LIBNBD_DEBIAN_VERSION} key=${key}"
 warm=1
 [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] || warm=0
@@ -51,9 +53,9 @@ ver="-X kubevirt.io/containerized-data-importer/pkg/version.gitVersion=${CDI_VER
 echo "building CDI ${CDI_VERSION} into $bin; a cold build takes a few minutes" >&2
 for t in "${tools[@]}"; do
   cgo=0
-  case "$t" in cdi-importer | cdi-uploadserver) cgo=1 ;; esac
+  case "$t" in cdi-importer | cdi-uploadserver | cdi-image-size-detection) cgo=1 ;; esac
   pkg="cmd/$t"
-  [ "$t" = manifest-generator ] && pkg="tools/$t"
+  case "$t" in manifest-generator | cdi-image-size-detection) pkg="tools/$t" ;; esac
   (cd "$work" && CGO_ENABLED=$cgo go build -trimpath -ldflags "-s -w $ver" -o "$bin/$t" \
     "kubevirt.io/containerized-data-importer/$pkg") >&2
 done

@@ -57,6 +57,9 @@ if [ ! -f "$stamp" ]; then
     esac
     c=$(bh from --quiet --pull-never "uds-vm-operator/cdi-base-$base:${CDI_VERSION}")
     bh copy --quiet --chmod 0755 "$c" "$bin/$n" /usr/bin/ >/dev/null
+    # CDI's controller sizes a size-less clone with a pod that runs /usr/bin/cdi-image-size-detection (qemu-img
+    # info on the source disk) from the importer image; without it that pod never starts and the clone waits.
+    [ "$n" = cdi-importer ] && bh copy --quiet --chmod 0755 "$c" "$bin/cdi-image-size-detection" /usr/bin/ >/dev/null
     [ "$n" = cdi-cloner ] && bh copy --quiet --chmod 0755 "$c" "$here/images/cloner-start.sh" /usr/local/bin/ >/dev/null
     bh config --entrypoint "$entry" --cmd '' --user 1001 --workingdir "/home/$n" \
       --label "org.opencontainers.image.version=${CDI_VERSION}" "$c"

@@ -88,6 +88,8 @@ CLONE_TOKEN = "cdi.kubevirt.io/storage.clone.token"
 CLONE_REQUEST = "k8s.io/CloneRequest"
 CLONE_OF = "k8s.io/CloneOf"
 SOURCE_POD = "cdi.kubevirt.io/storage.sourceClonePodName"
+# What CDI's size-detection pod found, kept on the source claim (spelled so upstream: pvc-clone-controller.go)
+DETECTED_SIZE = "cdi.Kubervirt.io/virtualSize"
 UPLOAD_POD = "cdi.kubevirt.io/storage.uploadPodName"
 INSUFFICIENT = "insufficient permissions in clone source namespace"  # CDI's webhook, authorize_utils.go
 CLONE_TIMEOUT_S = 300.0
@@ -408,6 +410,38 @@ def test_a_declared_content_digest_is_verified_on_the_real_clone_before_the_vm_m
         lambda: cdi.api.get(f"/api/v1/namespaces/{golden.consumer}/pods/{verifier_pod_name(vm)}") is None,
         60,
     )
+
+
+def test_a_clone_that_names_no_size_is_sized_by_cdis_size_detection_pod(
+    cdi: NodeHandle, golden: Golden, operator: OperatorProcess
+) -> None:
+    """No `disk.virtualSize`: the operator renders `spec.storage` with access modes and no request, and CDI's
+    size-detection pod (qemu-img info on the golden disk, run from the importer image) sizes the target.
+
+    The access modes are always rendered: CDI could only take them from the class's StorageProfile, which is
+    empty for `kubernetes.io/no-provisioner` (`getDefaultAccessModes`, pkg/controller/datavolume/util.go).
+    """
+    vm, dv_name = "app-auto", "app-auto-dv"
+    cdi.api.apply(
+        consumer_udsvm(golden, vm, {}),
+        f"{UDSVM_API}/namespaces/{golden.consumer}/udsvirtualmachines/{vm}",
+    )
+    target, dv, _ = await_clone(cdi, golden, dv_name)
+    assert dv["status"]["phase"] == "Succeeded", dv["status"]
+    assert "pvc" not in dv["spec"], dv["spec"]
+    storage = dv["spec"]["storage"]
+    assert storage["accessModes"] == ["ReadWriteOnce"], storage
+    assert "storage" not in (storage.get("resources") or {}).get("requests", {}), "the operator named no size"
+    assert dv["metadata"]["annotations"].get(CLONE_TYPE) == HOST_ASSISTED, dv["metadata"]
+    source_notes = claim(cdi, golden.namespace, GOLDEN)["metadata"].get("annotations") or {}
+    assert source_notes.get(DETECTED_SIZE) == str(VIRTUAL_SIZE), "the size-detection pod read the golden disk"
+    request = claim_request(marked_cloned(cdi, golden.consumer, dv_name))
+    assert request >= VIRTUAL_SIZE, f"CDI sized the target at {request} bytes"
+    print(f"CDI sized the size-less clone at {request} bytes (virtual {VIRTUAL_SIZE}, golden {PVC_SIZE})")
+    assert landed_bytes(target, VIRTUAL_SIZE) == golden.image.raw, "the clone holds the golden bytes"
+    status = stopped_status(cdi, golden.consumer, vm)
+    assert status["checksumVerified"] is False, status
+    assert condition(status, "DiskReady").get("status") == "True", status
 
 
 def _annotations(node: NodeHandle, namespace: str, name: str) -> dict[str, str]:
