@@ -1,5 +1,5 @@
 # Sourced by every Go build script (tools/*/build.sh, bench/go-anchor/build.sh): the one place their Go
-# environment is set, so every build is offline-checked and reproducible in the same way.
+# environment is set, so every build resolves modules and compiles the same way.
 #  - GOTOOLCHAIN=local: never download another Go toolchain; GOWORK=off: only the tools module's go.mod counts.
 #  - -mod=readonly: the committed go.mod/go.sum are the whole truth; a build never edits them.
 #  - -gcflags=all=-dwarf=false: every binary is stripped at link (-s -w), yet the compiler would still write
