@@ -69,9 +69,11 @@ class Api:
         content_type: str = "application/json",
         params: Mapping[str, str] | None = None,
         expect: Iterable[int] = (200, 201),
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[int, Any]:
+        """headers: extra request headers, e.g. `Impersonate-User` to act as a component's identity."""
         content = json.dumps(body).encode() if body is not None else None
-        headers = {"Content-Type": content_type, "Accept": "application/json"}
+        headers = {"Content-Type": content_type, "Accept": "application/json", **(headers or {})}
         response = self._http.request(method, path, content=content, headers=headers, params=params)
         payload: Any = None
         if response.content:

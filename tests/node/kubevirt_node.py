@@ -1,8 +1,16 @@
 """The real KubeVirt v1.8.4 (virt-api with its webhooks and subresources API, virt-controller) on the node.
 
 Installed once per session by tools/kubevirt (images pushed into the node's registry, then virt-operator's
-install strategy applied; ADR 0008). Nothing of KubeVirt is played: admission answers come from virt-api,
-VMIs and virt-launcher pods from virt-controller.
+install strategy applied; ADR 0008). Admission answers come from virt-api, VMIs and virt-launcher pods from
+virt-controller, and the launcher pods run on the node.
+
+Played here, and only here, is the part of KubeVirt that cannot run on these machines (ADR 0008): virt-handler
+(it needs a virt-launcher of its own version, and v1.8.4's does not build). `advertise_node_for_launchers`
+writes what its node labeller and tun device plugin would report, so the scheduler places launcher pods;
+their image is the stand-in of tools/kubevirt/launcher-stand-in (no guest). `play_handler_running` writes
+the one VMI field virt-handler writes once its guest runs (`status.phase: Running`), under virt-handler's own
+service account, since virt-api's mutating webhook keeps any other user from changing a VMI's status. Also
+played: CDI's import (`play_cdi_import`), for tests whose subject is KubeVirt.
 """
 
 from __future__ import annotations
@@ -13,12 +21,23 @@ from typing import Any
 
 import kubevirt_install
 import pytest
-from node_cluster import NodeHandle
+from node_cluster import NodeHandle, wait_until
 
 from pinned_versions import pinned_versions
+from uds_vm_operator.api.quantity import parse_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 VM_API = "/apis/kubevirt.io/v1"
+DV_API = "/apis/cdi.kubevirt.io/v1beta1"
+HANDLER_IDENTITY = {
+    "Impersonate-User": "system:serviceaccount:kubevirt:kubevirt-handler",
+    "Impersonate-Group": "system:serviceaccounts",
+}
+"""virt-handler's service account (virt-operator's install strategy made it and its RBAC)."""
+LAUNCHER_NODE_LABELS = {"kubevirt.io/schedulable": "true", "machine-type.node.kubevirt.io/q35": "true"}
+"""The labels a launcher pod's nodeSelector asks for that virt-handler's node labeller writes (measured)."""
+TUN_DEVICE = "devices.kubevirt.io/tun"
+SHA = "sha256:" + "a" * 64
 
 
 @pytest.fixture(scope="session", name="kubevirt")
@@ -37,7 +56,89 @@ def kubevirt_fixture(node: NodeHandle) -> NodeHandle:
     except kubevirt_install.InstallError as error:
         pytest.fail(f"KubeVirt could not be installed on the node: {error}", pytrace=False)
     print(f"KubeVirt up: {timings}")
+    advertise_node_for_launchers(node)
     return node
+
+
+def udsvm_spec(url: str = "https://images.example/web.qcow2") -> dict[str, Any]:
+    """A VM from an HTTP image with a declared digest (CDI verifies it on import; played here)."""
+    return {
+        "source": {"http": {"url": url, "checksum": SHA}},
+        "disk": {"virtualSize": 64 * 1024 * 1024, "storageClassName": "udsvm-local"},
+        "cloudInit": {"sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEx4mpl3 k@host"]},
+    }
+
+
+def udsvm(namespace: str, name: str = "web", **spec: Any) -> dict[str, Any]:
+    """A UDSVirtualMachine of `udsvm_spec`, with `spec` fields added (e.g. network)."""
+    return {
+        "apiVersion": "uds.dev/v1alpha1",
+        "kind": "UDSVirtualMachine",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {**udsvm_spec(), **spec},
+    }
+
+
+def advertise_node_for_launchers(node: NodeHandle) -> None:
+    """Play virt-handler's node side: the labels of its node labeller and the capacity its tun device plugin
+    registers (the launcher pod requests one `devices.kubevirt.io/tun`; with `useEmulation` no KVM device).
+    Extended capacity written to a node's status stays there: the kubelet only adds its own resources."""
+    for item in node.api.items("/api/v1/nodes"):
+        name = item["metadata"]["name"]
+        node.api.merge(f"/api/v1/nodes/{name}", {"metadata": {"labels": LAUNCHER_NODE_LABELS}})
+        node.api.merge(f"/api/v1/nodes/{name}/status", {"status": {"capacity": {TUN_DEVICE: "1k"}}})
+
+
+def play_handler_running(node: NodeHandle, namespace: str, name: str) -> bool:
+    """What virt-handler writes once the guest of a scheduled VMI runs: `status.phase: Running`, as
+    virt-handler's service account. Returns False if the VMI is gone (a member being replaced)."""
+    code, _ = node.api.call(
+        "PATCH",
+        vmi_path(namespace, name),
+        {"status": {"phase": "Running"}},
+        content_type="application/merge-patch+json",
+        expect=(200, 404),
+        headers=HANDLER_IDENTITY,
+    )
+    return code == 200
+
+
+def play_cdi_import(node: NodeHandle, namespace: str, dv_name: str) -> None:
+    """What CDI's HTTP import leaves: the PVC named after the DataVolume and owned by it, bound to a real
+    node volume, and the DataVolume Succeeded (CDI checked the declared sha256 on the way)."""
+    dv = wait_until(
+        f"DataVolume {dv_name}",
+        lambda: node.api.get(f"{DV_API}/namespaces/{namespace}/datavolumes/{dv_name}"),
+    )
+    storage = dv["spec"].get("storage") or dv["spec"].get("pvc") or {}
+    size = parse_bytes(storage["resources"]["requests"]["storage"], field="storage")
+    node.volume(size, "Filesystem", "ext4", claim=(namespace, dv_name))
+    owner = {
+        "apiVersion": "cdi.kubevirt.io/v1beta1",
+        "kind": "DataVolume",
+        "name": dv_name,
+        "uid": dv["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    node.api.create(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": dv_name, "namespace": namespace, "ownerReferences": [owner]},
+            "spec": {
+                "accessModes": storage.get("accessModes") or ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": str(size)}},
+                "storageClassName": "udsvm-local",
+                "volumeMode": "Filesystem",
+            },
+        },
+        f"/api/v1/namespaces/{namespace}/persistentvolumeclaims",
+    )
+    node.api.merge(
+        f"{DV_API}/namespaces/{namespace}/datavolumes/{dv_name}/status",
+        {"status": {"phase": "Succeeded", "progress": "100.0%"}},
+    )
 
 
 def vm_path(namespace: str, name: str | None = None) -> str:
@@ -84,3 +185,38 @@ def component_logs(node: NodeHandle, component: str = "virt-controller", lines: 
             text = f"(no log: {error})"
         out.append(f"--- {name} ({pod['status'].get('phase')}) ---\n{text}")
     return "\n".join(out)
+
+
+def diagnosis(node: NodeHandle, namespace: str) -> str:
+    """KubeVirt's view of the namespace's VMs: their status, the events, virt-controller's log."""
+    vms = [
+        {
+            "name": vm["metadata"]["name"],
+            "spec.runStrategy": vm["spec"].get("runStrategy"),
+            "status": vm.get("status"),
+        }
+        for vm in node.api.items(vm_path(namespace))
+    ]
+    events = [
+        f"{e.get('involvedObject', {}).get('kind')}/{e.get('involvedObject', {}).get('name')}: "
+        f"{e.get('reason')}: {e.get('message')}"
+        for e in node.api.items(f"/api/v1/namespaces/{namespace}/events")
+    ]
+    return f"VMs: {vms}\nevents:\n" + "\n".join(events) + f"\n{component_logs(node, lines=60)}"
+
+
+def waited(node: NodeHandle, namespace: str, what: str, probe: Any, timeout_s: float = 180.0) -> Any:
+    """wait_until, with KubeVirt's view of the namespace in the failure message."""
+    try:
+        return wait_until(what, probe, timeout_s)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{diagnosis(node, namespace)}") from None
+
+
+def the_launcher_pod(node: NodeHandle, namespace: str, name: str) -> dict[str, Any]:
+    """The one virt-launcher pod of a VM, once virt-controller made it."""
+    pods = waited(
+        node, namespace, "virt-controller's virt-launcher pod", lambda: launcher_pods(node, namespace, name)
+    )
+    assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
+    return pods[0]

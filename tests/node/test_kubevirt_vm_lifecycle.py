@@ -4,9 +4,10 @@ The operator runs as a host process; KubeVirt's part is real: virt-controller wr
 creates the VMI and the virt-launcher pod, virt-api serves the restart subresource. Played: only CDI (the
 test creates the PVC an HTTP import would leave, on a real node volume, and reports the DataVolume
 Succeeded; CDI verified the declared sha256 on the way, so the operator releases the VM without its own
-verifier pod). Not reached (ADR 0008): the launcher pod stays Pending because no virt-handler advertises
-the node as schedulable for VMs, so no guest boots and no packets reach a VM; the NetworkPolicy is asserted
-on the real launcher pod through the API server's own label selection.
+verifier pod), and virt-handler's node labels and tun capacity, so the launcher pod is scheduled and runs
+the stand-in launcher image (kubevirt_node, ADR 0008: no guest boots in it). The NetworkPolicy is asserted
+on the real launcher pod through the API server's own label selection here, and with packets in
+test_kubevirt_launcher_packets.
 """
 
 from __future__ import annotations
@@ -22,66 +23,24 @@ from kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the session fixture
     component_logs,
     kubevirt_fixture,
     launcher_pods,
+    play_cdi_import,
+    the_launcher_pod,
+    udsvm,
     vm_path,
     vmi_path,
+    waited,
 )
 from node_cluster import NodeHandle, running_operator, wait_until
 
 from integration.operator_harness import OperatorProcess
-from uds_vm_operator.api.quantity import parse_bytes
 
-SHA = "sha256:" + "a" * 64
 UDS_VM_API = "/apis/uds.dev/v1alpha1"
-DV_API = "/apis/cdi.kubevirt.io/v1beta1"
 
 
 @pytest.fixture
 def operator(kubevirt: NodeHandle, ns: str, tmp_path: Path) -> Iterator[OperatorProcess]:
     with running_operator(kubevirt, ns, tmp_path / "logs") as process:
         yield process
-
-
-def udsvm(namespace: str, name: str = "web") -> dict[str, Any]:
-    return {
-        "apiVersion": "uds.dev/v1alpha1",
-        "kind": "UDSVirtualMachine",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "source": {"http": {"url": "https://images.example/web.qcow2", "checksum": SHA}},
-            "disk": {"virtualSize": 64 * 1024 * 1024, "storageClassName": "udsvm-local"},
-            "cloudInit": {"sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEx4mpl3 k@host"]},
-        },
-    }
-
-
-def play_cdi_import(node: NodeHandle, namespace: str, dv_name: str) -> None:
-    """What CDI's HTTP import leaves: the PVC named after the DataVolume, bound to a real node volume, and
-    the DataVolume Succeeded."""
-    dv = wait_until(
-        f"DataVolume {dv_name}",
-        lambda: node.api.get(f"{DV_API}/namespaces/{namespace}/datavolumes/{dv_name}"),
-    )
-    storage = dv["spec"].get("storage") or dv["spec"].get("pvc") or {}
-    size = parse_bytes(storage["resources"]["requests"]["storage"], field="storage")
-    node.volume(size, "Filesystem", "ext4", claim=(namespace, dv_name))
-    node.api.create(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": dv_name, "namespace": namespace},
-            "spec": {
-                "accessModes": storage.get("accessModes") or ["ReadWriteOnce"],
-                "resources": {"requests": {"storage": str(size)}},
-                "storageClassName": "udsvm-local",
-                "volumeMode": "Filesystem",
-            },
-        },
-        f"/api/v1/namespaces/{namespace}/persistentvolumeclaims",
-    )
-    node.api.merge(
-        f"{DV_API}/namespaces/{namespace}/datavolumes/{dv_name}/status",
-        {"status": {"phase": "Succeeded", "progress": "100.0%"}},
-    )
 
 
 def stopped_by_virt_controller(node: NodeHandle, namespace: str, *expected: str) -> None:
@@ -113,40 +72,6 @@ def vmctl(node: NodeHandle, *args: str) -> str:
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
-
-
-def diagnosis(node: NodeHandle, namespace: str) -> str:
-    """KubeVirt's view of the namespace's VMs: their status, the events, virt-controller's log."""
-    vms = [
-        {
-            "name": vm["metadata"]["name"],
-            "spec.runStrategy": vm["spec"].get("runStrategy"),
-            "status": vm.get("status"),
-        }
-        for vm in node.api.items(vm_path(namespace))
-    ]
-    events = [
-        f"{e.get('involvedObject', {}).get('kind')}/{e.get('involvedObject', {}).get('name')}: "
-        f"{e.get('reason')}: {e.get('message')}"
-        for e in node.api.items(f"/api/v1/namespaces/{namespace}/events")
-    ]
-    return f"VMs: {vms}\nevents:\n" + "\n".join(events) + f"\n{component_logs(node, lines=60)}"
-
-
-def waited(node: NodeHandle, namespace: str, what: str, probe: Any, timeout_s: float = 180.0) -> Any:
-    """wait_until, with KubeVirt's view of the namespace in the failure message."""
-    try:
-        return wait_until(what, probe, timeout_s)
-    except AssertionError as error:
-        raise AssertionError(f"{error}\n{diagnosis(node, namespace)}") from None
-
-
-def the_launcher_pod(node: NodeHandle, namespace: str, name: str) -> dict[str, Any]:
-    pods = waited(
-        node, namespace, "virt-controller's virt-launcher pod", lambda: launcher_pods(node, namespace, name)
-    )
-    assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
-    return pods[0]
 
 
 def test_a_vm_is_halted_until_verified_then_becomes_a_vmi_and_a_launcher_pod(

@@ -4,6 +4,10 @@
 # runAsNonRoot). Each is kept as an OCI archive in the build cache, so a warm run rebuilds nothing; when the
 # node's loopback registry is up (.envtest/registry), the images are pushed there as
 # <registry>/<component>:<KUBEVIRT_VERSION>, the references virt-operator's install strategy names.
+# The third image, <registry>/virt-launcher:<KUBEVIRT_VERSION>, is a STAND-IN (tools/kubevirt/launcher-stand-in,
+# ADR 0008): busybox plus two scripts at the paths virt-controller's launcher pod runs, because v1.8.4's
+# virt-launcher does not build here. It lets the real launcher pod run, so packets can reach it; no guest
+# boots in it.
 # Usage: tools/kubevirt/images.sh [STATE_DIR]   (STATE_DIR defaults to .envtest)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -48,4 +52,35 @@ for name in virt-api virt-controller; do
     buildah push --quiet --tls-verify=false "localhost/kubevirt/$ref" "docker://$registry/$ref"
   fi
 done
+# The launcher stand-in: static busybox (Debian's busybox-static) and the two scripts; its archive is keyed by
+# their bytes, so an edit rebuilds it and nothing else.
+stand_in="$here/launcher-stand-in"
+[ -x /bin/busybox ] || { echo "error: /bin/busybox missing (apt-get install busybox-static; make node-deps)" >&2; exit 1; }
+key="$(cat /bin/busybox "$stand_in/virt-launcher-monitor" "$stand_in/virt-tail" | sha256sum | cut -c1-12)"
+archive="$images/virt-launcher-stand-in-$key.tar"
+ref="virt-launcher:${KUBEVIRT_VERSION}"
+if [ ! -s "$archive" ]; then
+  t=$(date +%s)
+  staging="$(mktemp -d)"
+  trap 'rm -rf "$staging"' EXIT
+  mkdir -p "$staging/bin" "$staging/usr/bin" "$staging/tmp"
+  chmod 1777 "$staging/tmp"
+  cp /bin/busybox "$staging/bin/busybox"
+  for applet in sh httpd sleep; do ln -s busybox "$staging/bin/$applet"; done
+  install -m 0755 "$stand_in/virt-launcher-monitor" "$stand_in/virt-tail" "$staging/usr/bin/"
+  c="$(buildah from scratch)"
+  buildah copy --quiet "$c" "$staging/." / >/dev/null
+  buildah config --user 107 --entrypoint '["/usr/bin/virt-launcher-monitor"]' --cmd "" \
+    --label "io.kubevirt.version=${KUBEVIRT_VERSION}" --label "dev.uds.stand-in=virt-launcher" "$c"
+  buildah commit --quiet --rm "$c" "localhost/kubevirt/$ref" >/dev/null
+  buildah push --quiet "localhost/kubevirt/$ref" "oci-archive:$archive.part:kubevirt/$ref"
+  mv "$archive.part" "$archive"
+  echo "  image virt-launcher (stand-in): $(( $(date +%s) - t )) s" >&2
+fi
+if [ -s "$state/registry" ]; then
+  registry="$(tr -d '[:space:]' < "$state/registry")"
+  # Always from the archive: buildah's storage may hold an older stand-in under the same name.
+  buildah pull --quiet "oci-archive:$archive" >/dev/null
+  buildah push --quiet --tls-verify=false "localhost/kubevirt/$ref" "docker://$registry/$ref"
+fi
 echo "$images"
