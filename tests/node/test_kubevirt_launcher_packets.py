@@ -279,5 +279,7 @@ def test_a_pool_rolls_through_real_vmis_and_its_members_stay_isolated(
         pods = launcher_pods(node, ns, member)
         assert len(pods) == 1 and pods[0]["metadata"]["uid"] not in old_pods, pods
         pod = node.wait_running(ns, pods[0]["metadata"]["name"])
-        assert pod["metadata"]["labels"]["app"] == "web"  # the pool template's labels reach the pod
+        labels = pod["metadata"]["labels"]
+        # The pool's and its template's labels reach the pod, so a policy elsewhere can select the pool.
+        assert (labels.get("app"), labels.get(POOL_LABEL)) == ("web", POOL), labels
         assert_isolated(node, pod, peers)

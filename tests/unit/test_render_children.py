@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from uds_vm_operator import MANAGED_BY_LABEL
 from uds_vm_operator.api import SpecError, parse_vm_spec
 from uds_vm_operator.controller.pod_selection import policy_selects_vm
+from uds_vm_operator.controller.reconciler import member_pod_labels
 from uds_vm_operator.render import ClusterFacts, Owner, render_children
 from uds_vm_operator.render.admission import virtual_machine_violations
 
@@ -198,3 +199,39 @@ def test_the_rendered_policy_selects_the_rendered_vms_launcher_pod(
     policy = policies[0]
     assert policy_selects_vm(policy, vm)
     assert not policy_selects_vm(policy, {"spec": {"template": {"metadata": {"labels": {}}}}})
+
+
+def test_a_pool_members_labels_reach_its_launcher_pod_and_ours_win() -> None:
+    """A policy elsewhere can select a whole pool (`uds.dev/pool`) or its template's labels; a member's
+    labels cannot replace the operator's own (the VM's policy and Services select by them)."""
+    metadata = {
+        "labels": {
+            "uds.dev/pool": "web",
+            "uds.dev/pool-revision": "4477b13da4",
+            "app": "web",
+            "uds.dev/vm": "someone-else",
+            "app.kubernetes.io/managed-by": "someone-else",
+        }
+    }
+    owner = Owner("web-0", "apps", OWNER.uid, pod_labels=member_pod_labels(metadata))
+    children = render_children(
+        owner, parse_vm_spec({"source": {"upload": {}}, "disk": {"virtualSize": "1Gi"}}), ClusterFacts()
+    )
+    vm = next(c for c in children if c["kind"] == "VirtualMachine")
+    labels = vm["spec"]["template"]["metadata"]["labels"]
+    assert labels == {
+        "uds.dev/pool": "web",
+        "uds.dev/pool-revision": "4477b13da4",
+        "app": "web",
+        "uds.dev/vm": "web-0",
+        **MANAGED_BY_LABEL,
+    }
+    policy = next(c for c in children if c["kind"] == "NetworkPolicy")
+    assert policy_selects_vm(policy, vm)
+
+
+def test_a_standalone_vms_own_labels_stay_off_its_launcher_pod() -> None:
+    """Editing a standalone VM's labels must not change its running VM's template (KubeVirt would ask for
+    a restart); only pool members, whose labels never change, carry theirs."""
+    assert member_pod_labels({"labels": {"app": "web", "team": "a"}}) == ()
+    assert member_pod_labels({}) == ()

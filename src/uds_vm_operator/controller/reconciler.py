@@ -48,6 +48,7 @@ from uds_vm_operator.controller.verification_io import (
     observe_verification,
     verifier_image_from_env,
 )
+from uds_vm_operator.fleet.members import POOL_LABEL
 from uds_vm_operator.metrics import OperatorMetrics
 from uds_vm_operator.render import (
     ClusterFacts,
@@ -141,7 +142,9 @@ class VmReconcile:
     def of(cls, body: Mapping[str, Any], namespace: str, name: str) -> VmReconcile:
         """The context for the VM ``body`` as the store holds it."""
         meta = body.get("metadata") or {}
-        owner = Owner(name=name, namespace=namespace, uid=str(meta.get("uid")))
+        owner = Owner(
+            name=name, namespace=namespace, uid=str(meta.get("uid")), pod_labels=member_pod_labels(meta)
+        )
         return cls(body=body, owner=owner, generation=int(meta.get("generation") or 0))
 
     def require_spec(self) -> UDSVirtualMachineSpec:
@@ -155,6 +158,17 @@ class VmReconcile:
         if self.facts is None:
             raise RuntimeError("the cluster facts are read by the observe step first")
         return self.facts
+
+
+def member_pod_labels(metadata: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """A pool member's labels, for its launcher pod, so policies can select a whole pool (`uds.dev/pool`)
+    or what its template names. Only members: their labels are set once by the pool controller (a new
+    template makes new members), while a standalone VM's labels are the user's to edit, and carrying
+    them would change a running VM's template on every edit."""
+    labels = metadata.get("labels") or {}
+    if POOL_LABEL not in labels:
+        return ()
+    return tuple(sorted((str(key), str(value)) for key, value in labels.items()))
 
 
 class Reconciler(Controller):

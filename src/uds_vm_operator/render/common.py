@@ -30,11 +30,18 @@ class ClusterFacts:
 
 @dataclass(frozen=True)
 class Owner:
-    """The UDSVirtualMachine that owns the children (its UID makes the ownerReference)."""
+    """The UDSVirtualMachine that owns the children (its UID makes the ownerReference).
+
+    ``pod_labels``: labels the VM's virt-launcher pod carries besides the operator's own, as (key, value)
+    pairs. A pool member's labels (the pool's template labels, its pool, revision and ordinal) are fixed when
+    the member is made, so a NetworkPolicy elsewhere can select "the web pool" without ever changing a running
+    VM's template.
+    """
 
     name: str
     namespace: str
     uid: str
+    pod_labels: tuple[tuple[str, str], ...] = ()
 
     api_version: ClassVar[str] = VM_API_VERSION
     kind: ClassVar[str] = VM_KIND

@@ -241,7 +241,7 @@ def render_virtual_machine(
         vm_spec["preference"] = {"name": resources.preference}
 
     vm_spec["template"] = {
-        "metadata": {"labels": {**MANAGED_BY_LABEL, VM_LABEL: owner.name}},
+        "metadata": {"labels": {**dict(owner.pod_labels), **MANAGED_BY_LABEL, VM_LABEL: owner.name}},
         "spec": {
             "domain": domain,
             "evictionStrategy": eviction_strategy(spec),
