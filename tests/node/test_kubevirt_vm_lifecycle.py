@@ -24,6 +24,7 @@ from kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the session fixture
     kubevirt_fixture,
     launcher_pods,
     play_cdi_import,
+    play_handler_running,
     the_launcher_pod,
     udsvm,
     vm_path,
@@ -169,10 +170,15 @@ def isolation(node: NodeHandle, namespace: str) -> tuple[str, str, bool]:
     return (found.get("status", ""), found.get("reason", ""), bool(status.get("zeroTrust")))
 
 
-def _vmi_going(node: NodeHandle, namespace: str, uid: str) -> bool:
-    """The VMI with this UID is gone or being deleted (KubeVirt began stopping it)."""
+def running_vmi_uid(node: NodeHandle, namespace: str) -> str | None:
+    """The UID of the VM's VMI once it runs (its launcher pod runs and virt-handler's Running is played)."""
     vmi = node.api.get(vmi_path(namespace, "web"))
-    return vmi is None or vmi["metadata"]["uid"] != uid or "deletionTimestamp" in vmi["metadata"]
+    if vmi is None or "deletionTimestamp" in vmi["metadata"]:
+        return None
+    if (vmi.get("status") or {}).get("phase") == "Scheduled":
+        play_handler_running(node, namespace, "web")
+        return None
+    return str(vmi["metadata"]["uid"]) if (vmi.get("status") or {}).get("phase") == "Running" else None
 
 
 def test_power_restart_stop_start_through_the_real_kubevirt(
@@ -180,36 +186,49 @@ def test_power_restart_stop_start_through_the_real_kubevirt(
     operator: OperatorProcess,
     ns: str,
 ) -> None:
-    """Measured with this KubeVirt: a VMI whose launcher pod never ran (no virt-handler on the node, ADR
-    0008) keeps its finalizers once deleted, so a stop or restart is asserted up to KubeVirt starting it:
-    the VMI is being deleted by KubeVirt, the VirtualMachine itself never is."""
+    """restart, stop and start as a user gives them, acted on by the real virt-api and virt-controller; the
+    VMI runs between them (its launcher pod runs the stand-in, virt-handler's Running is played)."""
     node = kubevirt
     node.api.create(udsvm(ns), f"{UDS_VM_API}/namespaces/{ns}/udsvirtualmachines")
     play_cdi_import(node, ns, "web-dv")
-    first = waited(node, ns, "the first VMI", lambda: node.api.get(vmi_path(ns, "web")))
+    first = waited(node, ns, "the first VMI to run", lambda: running_vmi_uid(node, ns))
     vm_uid = node.api.get(vm_path(ns, "web"))["metadata"]["uid"]  # type: ignore[index]
 
-    # restart: virt-api's restart subresource (through the aggregated API), not a delete of the VM.
+    # restart: virt-api's restart subresource (through the aggregated API), not a delete of the VM: KubeVirt
+    # stops the VMI and makes a new one.
     out = vmctl(node, "power", "restart", "web", "-n", ns)
     assert "restart requested" in out
-    wait_until("KubeVirt to restart the VMI", lambda: _vmi_going(node, ns, first["metadata"]["uid"]), 120)
+    second = waited(
+        node,
+        ns,
+        "KubeVirt's new VMI",
+        lambda: (uid := running_vmi_uid(node, ns)) not in (None, first) and uid,
+    )
     assert node.api.get(vm_path(ns, "web"))["metadata"]["uid"] == vm_uid  # type: ignore[index]
+    assert [p["metadata"]["ownerReferences"][0]["uid"] for p in launcher_pods(node, ns, "web")] == [second]
 
-    # stop: the UDSVirtualMachine's runStrategy, carried by the operator to KubeVirt, acted on by KubeVirt.
+    # stop: the UDSVirtualMachine's runStrategy, carried by the operator to KubeVirt, acted on by KubeVirt:
+    # the VMI and its launcher pod go, the VM stays.
     vmctl(node, "power", "stop", "web", "-n", ns)
     wait_until(
         "the operator to halt the KubeVirt VM",
         lambda: (node.api.get(vm_path(ns, "web")) or {}).get("spec", {}).get("runStrategy") == "Halted",
         120,
     )
-    current = node.api.get(vmi_path(ns, "web"))
-    if current is not None:
-        wait_until("KubeVirt to stop the VMI", lambda: _vmi_going(node, ns, current["metadata"]["uid"]), 120)
+    waited(
+        node,
+        ns,
+        "KubeVirt to stop the VMI and its pod",
+        lambda: node.api.get(vmi_path(ns, "web")) is None and not launcher_pods(node, ns, "web"),
+    )
+    waited(
+        node,
+        ns,
+        "virt-controller to report the VM Stopped",
+        lambda: printable_status(node, ns, "web") == "Stopped",
+    )
 
     vmctl(node, "power", "start", "web", "-n", ns)
-    wait_until(
-        "the operator to start the KubeVirt VM",
-        lambda: (node.api.get(vm_path(ns, "web")) or {}).get("spec", {}).get("runStrategy") == "Always",
-        120,
-    )
+    third = waited(node, ns, "the VMI to run again", lambda: running_vmi_uid(node, ns))
+    assert third not in (first, second)
     assert node.api.get(vm_path(ns, "web"))["metadata"]["uid"] == vm_uid  # type: ignore[index]
