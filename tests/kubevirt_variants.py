@@ -21,6 +21,7 @@ from typing import Any
 
 from uds_vm_operator.api import parse_vm_spec
 from uds_vm_operator.api.errors import SpecError
+from uds_vm_operator.controller.reconciler import member_pod_labels
 from uds_vm_operator.fleet.members import PoolRef, render_member
 from uds_vm_operator.render import ClusterFacts, Owner, render_children
 
@@ -115,13 +116,16 @@ def _spec(index: int, axes: tuple[Any, ...]) -> dict[str, Any]:
     return spec
 
 
-def _as_member(index: int, spec: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """Every third combination goes through the pool's member rendering, as the pool controller does."""
+def _as_member(index: int, spec: dict[str, Any]) -> tuple[Owner, dict[str, Any]]:
+    """Every third combination goes through the pool's member rendering, as the pool controller does, and
+    the member's labels reach its launcher pod as the VM controller carries them."""
     pool = PoolRef(name=f"pool{index}", namespace="apps", uid=f"pool-uid-{index}")
     member = render_member(
         pool, {"metadata": {"labels": {"tier": "web"}}, "spec": spec}, ordinal=1, revision="r1"
     )
-    return member["metadata"]["name"], member["spec"]
+    name = member["metadata"]["name"]
+    owner = Owner(name, "apps", f"uid-{index}", pod_labels=member_pod_labels(member["metadata"]))
+    return owner, member["spec"]
 
 
 def _combinations() -> Iterator[tuple[int, tuple[Any, ...]]]:
@@ -139,12 +143,13 @@ def enumerate_variants() -> Variants:
     seen: set[str] = set()
     for index, axes in _combinations():
         out.combinations += 1
-        name, spec = f"vm{index}", _spec(index, axes)
+        owner, spec = Owner(f"vm{index}", "apps", f"uid-{index}"), _spec(index, axes)
         if index % 3 == 2:
-            name, spec = _as_member(index, spec)
+            owner, spec = _as_member(index, spec)
+        name = owner.name
         try:
             children = render_children(
-                Owner(name, "apps", f"uid-{index}"),
+                owner,
                 parse_vm_spec(spec),
                 ClusterFacts(cdi_http_checksum=True, persistent_vm_state=axes[2]),
                 windows_admin_password=ADMIN_PASSWORD,

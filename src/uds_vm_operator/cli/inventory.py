@@ -20,7 +20,7 @@ from uds_vm_operator.cli._errors import UsageError
 from uds_vm_operator.cli._kube import CliKubeError, KubeClient
 
 POOL_LABEL = "uds.dev/pool"
-"""The label the pool controller puts on its members (``fleet.members.POOL_LABEL``; copied, not imported,
+"""The label the pool controller puts on its members (``render.common.POOL_LABEL``; copied, not imported,
 because importing ``fleet`` pulls in pydantic and costs ~0.1 s of CLI start-up; a unit test pins them)."""
 POOL_API_VERSION = UDS_API_VERSION
 POOL_KIND = "UDSVirtualMachinePool"

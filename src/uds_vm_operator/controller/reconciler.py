@@ -48,7 +48,6 @@ from uds_vm_operator.controller.verification_io import (
     observe_verification,
     verifier_image_from_env,
 )
-from uds_vm_operator.fleet.members import POOL_LABEL
 from uds_vm_operator.metrics import OperatorMetrics
 from uds_vm_operator.render import (
     ClusterFacts,
@@ -58,7 +57,7 @@ from uds_vm_operator.render import (
     live_migration_refusal,
     render_children,
 )
-from uds_vm_operator.render.common import admin_secret_name, netpol_name, root_dv_name
+from uds_vm_operator.render.common import POOL_LABEL, admin_secret_name, netpol_name, root_dv_name
 from uds_vm_operator.render.secrets import ADMIN_PASSWORD_KEY
 from uds_vm_operator.runtime import kube
 from uds_vm_operator.runtime.controller import Controller, Key, rfc3339, utc_now

@@ -7,7 +7,6 @@ these functions what to do, and carries it out.
 from uds_vm_operator.fleet.actions import Action, CreateMember, DeleteMember, HaltRollout, Rollback
 from uds_vm_operator.fleet.members import (
     ORDINAL_LABEL,
-    POOL_LABEL,
     REVISION_LABEL,
     MemberView,
     PoolRef,
@@ -34,6 +33,7 @@ from uds_vm_operator.fleet.status import (
     pool_status,
     resolve_revisions,
 )
+from uds_vm_operator.render.common import POOL_LABEL
 
 __all__ = [
     "ORDINAL_LABEL",

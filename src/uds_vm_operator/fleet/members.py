@@ -17,13 +17,13 @@ from typing import Any
 
 from uds_vm_operator import MANAGED_BY_LABEL
 from uds_vm_operator.apiversions import UDS_API_VERSION
+from uds_vm_operator.render.common import POOL_LABEL
 
 POOL_API_VERSION = UDS_API_VERSION
 POOL_KIND = "UDSVirtualMachinePool"
 MEMBER_API_VERSION = UDS_API_VERSION
 MEMBER_KIND = "UDSVirtualMachine"
 
-POOL_LABEL = "uds.dev/pool"
 REVISION_LABEL = "uds.dev/pool-revision"
 ORDINAL_LABEL = "uds.dev/pool-ordinal"
 

@@ -13,8 +13,9 @@ from datetime import datetime
 from typing import Any
 
 from uds_vm_operator.fleet.actions import HaltRollout
-from uds_vm_operator.fleet.members import POOL_LABEL, MemberView
+from uds_vm_operator.fleet.members import MemberView
 from uds_vm_operator.fleet.planner import RolloutParameters, min_ready, rollout_complete
+from uds_vm_operator.render.common import POOL_LABEL
 from uds_vm_operator.runtime.conditions import FALSE, TRUE, Condition, by_type, stamp, transition_time
 
 

@@ -10,6 +10,8 @@ from uds_vm_operator.api.models import VM_API_VERSION, VM_KIND
 
 VM_LABEL = "uds.dev/vm"
 """Carried by every child and by the virt-launcher pod, so NetworkPolicies and Services can select a VM."""
+POOL_LABEL = "uds.dev/pool"
+"""On a pool's members (and, through them, their launcher pods): the pool they belong to."""
 RETAIN_LABEL = "uds.dev/retain"
 ROLE_LABEL = "uds.dev/role"
 
