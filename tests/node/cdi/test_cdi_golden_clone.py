@@ -149,10 +149,11 @@ def golden_datavolume(namespace: str, url: str, digest: str) -> dict[str, Any]:
 
 
 def consumer_udsvm(
-    golden: Golden, name: str, disk: dict[str, Any], checksum: str | None = None
+    golden: Golden, name: str, disk: dict[str, Any], checksum: str | None = None, kind: str = "dataSource"
 ) -> dict[str, Any]:
     """A UDSVirtualMachine cloning the golden DataSource (as `uds-vmctl prep --golden-image` writes it, there
-    with the content digest as `checksum`), held Halted so nothing tries to boot it on this node."""
+    with the content digest as `checksum`), or with kind "pvc" the golden claim itself, held Halted so
+    nothing tries to boot it on this node."""
     clone = {"name": GOLDEN, "namespace": golden.namespace}
     if checksum is not None:
         clone["checksum"] = checksum
@@ -161,7 +162,7 @@ def consumer_udsvm(
         "kind": "UDSVirtualMachine",
         "metadata": {"name": name, "namespace": golden.consumer},
         "spec": {
-            "source": {"dataSource": clone},
+            "source": {kind: clone},
             "disk": {"storageClassName": CLASS, **disk},
             "runStrategy": "Halted",
         },
@@ -370,21 +371,28 @@ def test_a_consumer_vm_is_cloned_host_assisted_and_gets_the_golden_bytes(
 
 
 @pytest.mark.parametrize(
-    ("declared", "vm"), [("golden-content", "si7-golden"), ("other-content", "si7-other")]
+    ("declared", "vm", "kind"),
+    [
+        ("golden-content", "si7-golden", "dataSource"),
+        ("other-content", "si7-other", "dataSource"),
+        ("golden-content", "si7-pvc", "pvc"),  # a PVC-to-PVC clone: the same check, no DataSource between
+    ],
 )
 def test_a_declared_content_digest_is_verified_on_the_real_clone_before_the_vm_may_run(
-    cdi: NodeHandle, golden: Golden, operator: OperatorProcess, declared: str, vm: str
+    cdi: NodeHandle, golden: Golden, operator: OperatorProcess, declared: str, vm: str, *, kind: str
 ) -> None:
     dv_name = f"{vm}-dv"
     right = "sha256:" + golden.image.raw_sha256
     other = "sha256:" + hashlib.sha256(golden.image.raw[:-1] + b"\x01").hexdigest()
     digest = right if declared == "golden-content" else other
     cdi.api.apply(
-        consumer_udsvm(golden, vm, {"virtualSize": VIRTUAL_SIZE}, checksum=digest),
+        consumer_udsvm(golden, vm, {"virtualSize": VIRTUAL_SIZE}, checksum=digest, kind=kind),
         f"{UDSVM_API}/namespaces/{golden.consumer}/udsvirtualmachines/{vm}",
     )
     target, dv, _ = await_clone(cdi, golden, dv_name)
     assert dv["status"]["phase"] == "Succeeded", dv["status"]
+    if kind == "pvc":
+        assert dv["spec"]["source"] == {"pvc": {"name": GOLDEN, "namespace": golden.namespace}}, dv["spec"]
     assert landed_bytes(target, VIRTUAL_SIZE) == golden.image.raw, "CDI cloned the golden bytes either way"
     assert "checksum" not in json.dumps(dv["spec"]), "CDI's clone source has no digest: the operator checks"
 
