@@ -10,8 +10,6 @@ ownerReference and must survive, and come back attached when the same ordinal re
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,55 +27,47 @@ from pool_play import (
     wait_until,
 )
 
+from background_loop import BackgroundLoop
 from uds_vm_operator.fleet import POOL_LABEL
 
 POOL = "db"
 REPLICAS_PATH = "/scale"
 
 
-class ClusterPlayer:
+class ClusterPlayer(BackgroundLoop):
     """Plays CDI and KubeVirt for every DataVolume and VirtualMachine the operator creates in a namespace."""
 
+    name = "play-cdi-kubevirt"
+    interval_s = 0.2
+
     def __init__(self, kubeconfig: Path, namespace: str) -> None:
+        super().__init__()
         self.kubeconfig = kubeconfig
         self.namespace = namespace
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="play-cdi-kubevirt", daemon=True)
+        self._client: Any = None
 
-    def __enter__(self) -> ClusterPlayer:
-        self._thread.start()
-        return self
+    def thread_started(self) -> None:
+        self._client = http_client(self.kubeconfig)
 
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-        if self.error is not None:
-            raise AssertionError(f"CDI/KubeVirt player failed: {self.error!r}")
+    def thread_ended(self) -> None:
+        if self._client is not None:
+            self._client.close()
 
-    def _run(self) -> None:
-        client = http_client(self.kubeconfig)
-        try:
-            while not self._stop.is_set():
-                self._play(
-                    client,
-                    "cdi.kubevirt.io/v1beta1",
-                    "datavolumes",
-                    _dv_done,
-                    {"phase": "Succeeded", "progress": "100.0%"},
-                )
-                self._play(
-                    client,
-                    "kubevirt.io/v1",
-                    "virtualmachines",
-                    _vm_done,
-                    {"printableStatus": "Running", "ready": True, "created": True},
-                )
-                time.sleep(0.2)
-        except BaseException as exc:  # reported on exit
-            self.error = exc
-        finally:
-            client.close()
+    def tick(self) -> None:
+        self._play(
+            self._client,
+            "cdi.kubevirt.io/v1beta1",
+            "datavolumes",
+            _dv_done,
+            {"phase": "Succeeded", "progress": "100.0%"},
+        )
+        self._play(
+            self._client,
+            "kubevirt.io/v1",
+            "virtualmachines",
+            _vm_done,
+            {"printableStatus": "Running", "ready": True, "created": True},
+        )
 
     def _play(self, client: Any, group_version: str, plural: str, done: Any, status: dict[str, Any]) -> None:
         base = f"/apis/{group_version}/namespaces/{self.namespace}/{plural}"

@@ -15,7 +15,6 @@ inside the pod), so a policy engine that blocked everything, or a stand-in that 
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,7 @@ from kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the session fixture
 )
 from node_cluster import NodeHandle, running_operator, wait_until
 
+from background_loop import BackgroundLoop
 from integration.operator_harness import Api, OperatorProcess
 from integration.pool_play import ReadyWatcher, members_path, pool_path
 from uds_vm_operator.fleet import POOL_LABEL, REVISION_LABEL
@@ -136,41 +136,26 @@ def test_the_real_launcher_pod_gets_only_the_traffic_its_policy_allows(
     assert_isolated(node, pod, peers)
 
 
-class Players:
-    """Plays CDI and virt-handler for every member of the namespace, until stopped (bounded by the test).
+class Players(BackgroundLoop):
+    """Plays CDI and virt-handler for every member of the namespace, until the `with` block ends.
 
     One DataVolume is imported once (its PVC on a new node volume); a VMI virt-controller has scheduled (its
     launcher pod runs) is reported Running. Its own API client: the test's client stays on the test's thread.
     """
 
+    name = "play-cdi-and-handler"
+
     def __init__(self, node: NodeHandle, namespace: str) -> None:
+        super().__init__()
         self._node = dataclasses.replace(node, api=Api(node.kubeconfig))
         self._namespace = namespace
         self._imported: set[str] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="play-cdi-and-handler", daemon=True)
-        self.error: BaseException | None = None
         self.running: list[str] = []
 
-    def __enter__(self) -> Players:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
+    def thread_ended(self) -> None:
         self._node.api.close()
-        if self.error is not None:
-            raise AssertionError(f"the CDI / virt-handler player failed: {self.error!r}")
 
-    def _run(self) -> None:
-        try:
-            while not self._stop.wait(0.5):
-                self._tick()
-        except BaseException as error:  # reported on exit
-            self.error = error
-
-    def _tick(self) -> None:
+    def tick(self) -> None:
         node, namespace = self._node, self._namespace
         for dv in node.api.items(f"{DV_API}/namespaces/{namespace}/datavolumes"):
             uid = dv["metadata"]["uid"]

@@ -30,6 +30,23 @@ if [ ! -s "$base" ]; then
   echo "  minbase root: $(( $(date +%s) - t )) s" >&2
 fi
 mkdir -p "$images"
+# Commit container $1 as localhost/kubevirt/$2 and keep it as the OCI archive $3 (written whole or not at all).
+keep_image() {
+  buildah commit --quiet --rm "$1" "localhost/kubevirt/$2" >/dev/null
+  buildah push --quiet "localhost/kubevirt/$2" "oci-archive:$3.part:kubevirt/$2"
+  mv "$3.part" "$3"
+}
+# Push localhost/kubevirt/$1 into the node's registry when the node runs, loading it from the archive $2 first
+# if buildah's storage lacks it, or always with $3 = fresh (the name may hold an older build).
+push_image() {
+  [ -s "$state/registry" ] || return 0
+  local registry
+  registry="$(tr -d '[:space:]' < "$state/registry")"
+  if [ "${3:-}" = fresh ] || ! buildah inspect --type image "localhost/kubevirt/$1" >/dev/null 2>&1; then
+    buildah pull --quiet "oci-archive:$2" >/dev/null
+  fi
+  buildah push --quiet --tls-verify=false "localhost/kubevirt/$1" "docker://$registry/$1"
+}
 for name in virt-api virt-controller; do
   archive="$images/$name.tar"
   ref="$name:${KUBEVIRT_VERSION}"
@@ -40,17 +57,10 @@ for name in virt-api virt-controller; do
     buildah copy --quiet "$c" "$bin/$name" "/usr/bin/$name" >/dev/null
     buildah config --user 1001 --entrypoint "[\"/usr/bin/$name\"]" --cmd "" \
       --label "io.kubevirt.version=${KUBEVIRT_VERSION}" "$c"
-    buildah commit --quiet --rm "$c" "localhost/kubevirt/$ref" >/dev/null
-    buildah push --quiet "localhost/kubevirt/$ref" "oci-archive:$archive.part:kubevirt/$ref"
-    mv "$archive.part" "$archive"
+    keep_image "$c" "$ref" "$archive"
     echo "  image $name: $(( $(date +%s) - t )) s" >&2
   fi
-  if [ -s "$state/registry" ]; then
-    registry="$(tr -d '[:space:]' < "$state/registry")"
-    buildah inspect --type image "localhost/kubevirt/$ref" >/dev/null 2>&1 \
-      || buildah pull --quiet "oci-archive:$archive" >/dev/null
-    buildah push --quiet --tls-verify=false "localhost/kubevirt/$ref" "docker://$registry/$ref"
-  fi
+  push_image "$ref" "$archive"
 done
 # The launcher stand-in: static busybox (Debian's busybox-static) and the two scripts; its archive is keyed by
 # their bytes, so an edit rebuilds it and nothing else.
@@ -72,15 +82,8 @@ if [ ! -s "$archive" ]; then
   buildah copy --quiet "$c" "$staging/." / >/dev/null
   buildah config --user 107 --entrypoint '["/usr/bin/virt-launcher-monitor"]' --cmd "" \
     --label "io.kubevirt.version=${KUBEVIRT_VERSION}" --label "dev.uds.stand-in=virt-launcher" "$c"
-  buildah commit --quiet --rm "$c" "localhost/kubevirt/$ref" >/dev/null
-  buildah push --quiet "localhost/kubevirt/$ref" "oci-archive:$archive.part:kubevirt/$ref"
-  mv "$archive.part" "$archive"
+  keep_image "$c" "$ref" "$archive"
   echo "  image virt-launcher (stand-in): $(( $(date +%s) - t )) s" >&2
 fi
-if [ -s "$state/registry" ]; then
-  registry="$(tr -d '[:space:]' < "$state/registry")"
-  # Always from the archive: buildah's storage may hold an older stand-in under the same name.
-  buildah pull --quiet "oci-archive:$archive" >/dev/null
-  buildah push --quiet --tls-verify=false "localhost/kubevirt/$ref" "docker://$registry/$ref"
-fi
+push_image "$ref" "$archive" fresh
 echo "$images"
