@@ -12,13 +12,17 @@ Sections, each written to ``bench/results/fleet_anchor.partial.json`` as soon as
   (``VmHWM``), CPU seconds (utime + stime) to converge, API requests per VM (the API server's own
   ``apiserver_request_total``, every verb and resource, minus the user's N applies), and the writes of a
   forced resync (restart: re-list and reconcile all N; must be 0).
-- ``pools``: ours (both controllers), 50 pools x 20 members rolled to a new template at once, members made
-  Ready 2 s after they appear: time to roll, peak RSS, the lowest Ready count any pool reached.
+- ``pools``: ours (both controllers), 50 pools x 20 members rolled to a new template at once: time to roll,
+  peak RSS, the lowest Ready count any pool reached. CDI and KubeVirt are played for the namespace (every
+  DataVolume Succeeded, every VirtualMachine ready, polled every 2 s), so the UDSVirtualMachine controller
+  derives each member's readiness itself, as it does in production. (Marking members Ready directly, as
+  with ``--controllers pool`` alone, fights the VM controller's own status writes and never converges.)
 
 The anchor is fed the Python renderer's output (``bench/anchor_render.py``; ADR 0010). Every wait is
 bounded. The load average (1 min) is recorded beside every figure: the machine is shared. Uses
 ``$UDS_TEST_KUBECONFIG`` when set, else a private control plane (preferred: its request counters are
-ours alone). ``BENCH_ANCHOR_N`` (comma list), ``BENCH_ANCHOR_SECTIONS`` (comma list) override.
+ours alone). ``BENCH_ANCHOR_N`` (comma list), ``BENCH_ANCHOR_SECTIONS`` (comma list) and
+``BENCH_ANCHOR_POOLS`` (``POOLSxMEMBERS``, e.g. ``2x3`` for a quick check) override.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ SIZES = (1000, 5000)
 WORKERS = 8
 SECTIONS = ("startup", "fleet", "pools")
 STARTUP_REPEATS = 3
-POOLS, POOL_REPLICAS, POOL_READY_DELAY_S = 50, 20, 2.0
+POOLS, POOL_REPLICAS, POOL_PLAY_INTERVAL_S = 50, 20, 2.0
 POOL_STRATEGY = {"maxSurge": 2, "maxUnavailable": 0}
 PARTIAL = ROOT / "bench" / "results" / "fleet_anchor.partial.json"
 
@@ -266,7 +270,21 @@ def _idle_rss_probe(who: str, mapped: list[Path], idle: dict[str, list[float]]) 
     return look
 
 
-def _pools_rolled(api: Any, namespace: str, revisions: dict[str, str]) -> bool:
+def _pool_shape() -> tuple[int, int]:
+    """(pools, members per pool): POOLS x POOL_REPLICAS, or ``BENCH_ANCHOR_POOLS`` as ``POOLSxMEMBERS``."""
+    raw = os.environ.get("BENCH_ANCHOR_POOLS", "")
+    if not raw:
+        return POOLS, POOL_REPLICAS
+    try:
+        count, replicas = (int(part) for part in raw.lower().split("x"))
+    except ValueError:
+        raise SystemExit(f"BENCH_ANCHOR_POOLS={raw!r}: write POOLSxMEMBERS, e.g. 50x20") from None
+    if count < 1 or replicas < 1:
+        raise SystemExit(f"BENCH_ANCHOR_POOLS={raw!r}: both numbers must be at least 1")
+    return count, replicas
+
+
+def _pools_rolled(api: Any, namespace: str, revisions: dict[str, str], replicas: int) -> bool:
     """Every pool reports ``revision`` current with all replicas Ready, and its members carry it."""
     from pool_play import members_path, pool_path  # noqa: PLC0415
 
@@ -281,8 +299,8 @@ def _pools_rolled(api: Any, namespace: str, revisions: dict[str, str]) -> bool:
         current = by_pool.get(pool, [])
         if not (
             status.get("currentRevision") == revision
-            and status.get("readyReplicas") == POOL_REPLICAS
-            and len(current) == POOL_REPLICAS
+            and status.get("readyReplicas") == replicas
+            and len(current) == replicas
             and all(m["metadata"]["labels"].get(REVISION_LABEL) == revision for m in current)
         ):
             return False
@@ -364,7 +382,7 @@ def _startup(kubeconfig: Path, calibration: dict[str, Any], results: dict[str, A
 
 def _pools(kubeconfig: Path, results: dict[str, Any]) -> None:
     from operator_harness import Api  # noqa: PLC0415
-    from pool_play import ReadinessPlayer, ReadyWatcher, pool_path, wait_until  # noqa: PLC0415
+    from pool_play import ClusterPlayer, ReadyWatcher, pool_path, wait_until  # noqa: PLC0415
 
     from bench.pool_rollout import _pool  # noqa: PLC0415
     from bench.reconcile_scale import _wait_no_terminating  # noqa: PLC0415
@@ -375,33 +393,31 @@ def _pools(kubeconfig: Path, results: dict[str, Any]) -> None:
     namespace = fresh_namespace(api, "bench-pools")
     scratch = Path(tempfile.mkdtemp(prefix="bench-anchor-pools-"))
     operator = _Ours(kubeconfig, namespace, scratch)
-    pools = [f"pool{i:02d}" for i in range(POOLS)]
-    players = [
-        ReadinessPlayer(kubeconfig, namespace, pool, delay_s=POOL_READY_DELAY_S, poll_s=1.0) for pool in pools
-    ]
+    count, replicas = _pool_shape()
+    pools = [f"pool{i:02d}" for i in range(count)]
+    player = ClusterPlayer(kubeconfig, namespace, interval_s=POOL_PLAY_INTERVAL_S)
 
     def manifest(pool: str, image: str) -> dict[str, Any]:
         body = _pool(namespace, image, POOL_STRATEGY)
         body["metadata"]["name"] = pool
-        body["spec"]["replicas"] = POOL_REPLICAS
+        body["spec"]["replicas"] = replicas
         return body
 
     def rolled(revisions: dict[str, str]) -> bool:
-        return _pools_rolled(api, namespace, revisions)
+        return _pools_rolled(api, namespace, revisions, replicas)
 
     watchers: list[Any] = []
     load_before = _load()
     try:
+        player.__enter__()
         operator.start()
-        for player in players:
-            player.start()
         for pool in pools:
             api.create(manifest(pool, "image-a"), pool_path(namespace))
         first = {
             p: revision_hash((api.get(pool_path(namespace, p)) or {})["spec"]["template"]) for p in pools
         }
         started = time.perf_counter()
-        wait_until(lambda: rolled(first), 1800, "50 pools created and Ready", 2.0)
+        wait_until(lambda: rolled(first), 1800, f"{count} pools created and Ready", 2.0)
         create_s = time.perf_counter() - started
         watchers = [ReadyWatcher(kubeconfig, namespace, pool).start() for pool in pools]
         started = time.perf_counter()
@@ -413,31 +429,30 @@ def _pools(kubeconfig: Path, results: dict[str, Any]) -> None:
         second = {
             p: revision_hash((api.get(pool_path(namespace, p)) or {})["spec"]["template"]) for p in pools
         }
-        wait_until(lambda: rolled(second), 1800, "50 pools rolled to the new template", 2.0)
+        wait_until(lambda: rolled(second), 1800, f"{count} pools rolled to the new template", 2.0)
         roll_s = time.perf_counter() - started
         peak = proc_status_mib(operator.pid, "VmHWM")
         cpu = _cpu_s(operator.pid)
     finally:
         for watcher in watchers:
             watcher.stop()
-        for player in players:
-            player.stop()
+        player.__exit__(None, None, None)
         operator.stop()
         api.call("DELETE", f"/api/v1/namespaces/{namespace}", expect=(200, 202, 404))
         api.close()
     min_ready = min(watcher.min_ready for watcher in watchers)
     results["pools"] = {
-        "pools": POOLS,
-        "replicas": POOL_REPLICAS,
+        "pools": count,
+        "replicas": replicas,
         "strategy": POOL_STRATEGY,
-        "ready_delay_s": POOL_READY_DELAY_S,
+        "played": f"CDI and KubeVirt for the namespace, polled every {POOL_PLAY_INTERVAL_S} s",
         "create_and_ready_s": round(create_s, 1),
         "roll_s": round(roll_s, 1),
         "peak_rss_mib": peak,
         "cpu_s_total": cpu,
         "min_ready_any_pool": min_ready,
-        "ready_floor": POOL_REPLICAS - POOL_STRATEGY["maxUnavailable"],
-        "floor_held": min_ready >= POOL_REPLICAS - POOL_STRATEGY["maxUnavailable"],
+        "ready_floor": replicas - POOL_STRATEGY["maxUnavailable"],
+        "floor_held": min_ready >= replicas - POOL_STRATEGY["maxUnavailable"],
         "max_members_any_pool": max(watcher.max_members for watcher in watchers),
         "load_1m": {"before": load_before, "after": _load()},
     }

@@ -19,6 +19,7 @@ from typing import Any
 import httpx2
 from lightkube.config import client_adapter
 
+from background_loop import BackgroundLoop
 from uds_vm_operator.fleet import POOL_LABEL, REVISION_LABEL
 from uds_vm_operator.runtime.kube import load_kubeconfig
 
@@ -272,3 +273,65 @@ def release_pvc_protection(client: Any, namespace: str) -> None:
         )
         if patched.status_code != 404:
             patched.raise_for_status()
+
+
+class ClusterPlayer(BackgroundLoop):
+    """Plays CDI and KubeVirt for every DataVolume and VirtualMachine the operator creates in a namespace, so
+    the UDSVirtualMachine controller (running too) derives each member's readiness itself."""
+
+    name = "play-cdi-kubevirt"
+
+    def __init__(self, kubeconfig: Path, namespace: str, interval_s: float = 0.2) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self.kubeconfig = kubeconfig
+        self.namespace = namespace
+        self._client: Any = None
+
+    def thread_started(self) -> None:
+        self._client = http_client(self.kubeconfig)
+
+    def thread_ended(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    def tick(self) -> None:
+        self._play(
+            self._client,
+            "cdi.kubevirt.io/v1beta1",
+            "datavolumes",
+            _dv_done,
+            {"phase": "Succeeded", "progress": "100.0%"},
+        )
+        self._play(
+            self._client,
+            "kubevirt.io/v1",
+            "virtualmachines",
+            _vm_done,
+            {"printableStatus": "Running", "ready": True, "created": True},
+        )
+
+    def _play(self, client: Any, group_version: str, plural: str, done: Any, status: dict[str, Any]) -> None:
+        base = f"/apis/{group_version}/namespaces/{self.namespace}/{plural}"
+        response = client.get(base)
+        response.raise_for_status()
+        for item in response.json().get("items") or []:
+            meta = item["metadata"]
+            if done(item) or meta.get("deletionTimestamp"):
+                continue
+            patched = client.patch(
+                f"{base}/{meta['name']}/status",
+                content=json.dumps({"status": status}).encode(),
+                headers={"Content-Type": MERGE},
+                params={"fieldManager": TEST_MANAGER},
+            )
+            if patched.status_code not in (200, 404, 409):
+                patched.raise_for_status()
+
+
+def _dv_done(dv: dict[str, Any]) -> bool:
+    return (dv.get("status") or {}).get("phase") == "Succeeded"
+
+
+def _vm_done(vm: dict[str, Any]) -> bool:
+    return bool((vm.get("status") or {}).get("ready"))

@@ -9,7 +9,6 @@ ownerReference and must survive, and come back attached when the same ordinal re
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +17,7 @@ import pytest
 from operator_fixtures import running_operator
 from operator_harness import Api, OperatorProcess
 from pool_play import (
-    MERGE,
-    TEST_MANAGER,
+    ClusterPlayer,
     http_client,
     members_path,
     pool_path,
@@ -27,72 +25,10 @@ from pool_play import (
     wait_until,
 )
 
-from background_loop import BackgroundLoop
 from uds_vm_operator.fleet import POOL_LABEL
 
 POOL = "db"
 REPLICAS_PATH = "/scale"
-
-
-class ClusterPlayer(BackgroundLoop):
-    """Plays CDI and KubeVirt for every DataVolume and VirtualMachine the operator creates in a namespace."""
-
-    name = "play-cdi-kubevirt"
-    interval_s = 0.2
-
-    def __init__(self, kubeconfig: Path, namespace: str) -> None:
-        super().__init__()
-        self.kubeconfig = kubeconfig
-        self.namespace = namespace
-        self._client: Any = None
-
-    def thread_started(self) -> None:
-        self._client = http_client(self.kubeconfig)
-
-    def thread_ended(self) -> None:
-        if self._client is not None:
-            self._client.close()
-
-    def tick(self) -> None:
-        self._play(
-            self._client,
-            "cdi.kubevirt.io/v1beta1",
-            "datavolumes",
-            _dv_done,
-            {"phase": "Succeeded", "progress": "100.0%"},
-        )
-        self._play(
-            self._client,
-            "kubevirt.io/v1",
-            "virtualmachines",
-            _vm_done,
-            {"printableStatus": "Running", "ready": True, "created": True},
-        )
-
-    def _play(self, client: Any, group_version: str, plural: str, done: Any, status: dict[str, Any]) -> None:
-        base = f"/apis/{group_version}/namespaces/{self.namespace}/{plural}"
-        response = client.get(base)
-        response.raise_for_status()
-        for item in response.json().get("items") or []:
-            meta = item["metadata"]
-            if done(item) or meta.get("deletionTimestamp"):
-                continue
-            patched = client.patch(
-                f"{base}/{meta['name']}/status",
-                content=json.dumps({"status": status}).encode(),
-                headers={"Content-Type": MERGE},
-                params={"fieldManager": TEST_MANAGER},
-            )
-            if patched.status_code not in (200, 404, 409):
-                patched.raise_for_status()
-
-
-def _dv_done(dv: dict[str, Any]) -> bool:
-    return (dv.get("status") or {}).get("phase") == "Succeeded"
-
-
-def _vm_done(vm: dict[str, Any]) -> bool:
-    return bool((vm.get("status") or {}).get("ready"))
 
 
 @pytest.fixture
