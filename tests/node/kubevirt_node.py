@@ -220,3 +220,11 @@ def the_launcher_pod(node: NodeHandle, namespace: str, name: str) -> dict[str, A
     )
     assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
     return pods[0]
+
+
+def isolation(node: NodeHandle, namespace: str, name: str = "web") -> tuple[str, str, bool]:
+    """(NetworkIsolated status, its reason, zeroTrust) from the UDSVirtualMachine's status."""
+    path = f"/apis/uds.dev/v1alpha1/namespaces/{namespace}/udsvirtualmachines/{name}"
+    status = (node.api.get(path) or {}).get("status") or {}
+    found = next((c for c in status.get("conditions", []) if c["type"] == "NetworkIsolated"), {})
+    return (found.get("status", ""), found.get("reason", ""), bool(status.get("zeroTrust")))

@@ -24,6 +24,7 @@ import probes
 import pytest
 from kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the session fixture)
     DV_API,
+    isolation,
     kubevirt_fixture,
     launcher_pods,
     play_cdi_import,
@@ -43,7 +44,6 @@ from integration.pool_play import ReadyWatcher, members_path, pool_path
 from uds_vm_operator.fleet import POOL_LABEL, REVISION_LABEL
 
 UDS_VM_API = "/apis/uds.dev/v1alpha1"
-BLOCKED = ("refused", "timeout")
 NETWORK = {
     "allow": [
         {"direction": "Egress", "podSelector": {"matchLabels": {"app": "db"}}, "ports": [{"port": 5432}]},
@@ -90,10 +90,6 @@ def running_launcher(node: NodeHandle, namespace: str, vm_name: str) -> dict[str
     return node.wait_running(namespace, pod["metadata"]["name"])
 
 
-def blocked(pid: int, host: str, port: int) -> bool:
-    return probes.tcp(pid, host, port) in BLOCKED
-
-
 def assert_isolated(node: NodeHandle, pod: dict[str, Any], peers: Peers) -> None:
     """The policy of NETWORK, by packets, on a running launcher pod."""
     pid, ip = node.container_pid(pod), pod["status"]["podIP"]
@@ -104,24 +100,17 @@ def assert_isolated(node: NodeHandle, pod: dict[str, Any], peers: Peers) -> None
         45,
         0.5,
     )
-    assert blocked(peers.admin, ip, 8080), "the allowed peer on a port it was not given"
-    assert blocked(peers.stranger, ip, 2222), "a pod of the VM's own namespace the policy does not name"
-    assert blocked(peers.outsider, ip, 2222), "ingress from another namespace"
+    assert probes.tcp_blocked(peers.admin, ip, 8080), "the allowed peer on a port it was not given"
+    assert probes.tcp_blocked(peers.stranger, ip, 2222), (
+        "a pod of the VM's own namespace the policy does not name"
+    )
+    assert probes.tcp_blocked(peers.outsider, ip, 2222), "ingress from another namespace"
     assert probes.tcp(pid, peers.db_ip, 5432) == "connected", "egress to the allowed peer and port"
-    assert blocked(pid, peers.db_ip, 8080), "egress to the allowed peer on another port"
-    assert blocked(pid, "10.0.0.1", 443), "egress to the API server"
+    assert probes.tcp_blocked(pid, peers.db_ip, 8080), "egress to the allowed peer on another port"
+    assert probes.tcp_blocked(pid, "10.0.0.1", 443), "egress to the API server"
     for protocol in ("udp", "tcp"):
         answer = probes.dns(pid, "kube-dns.kube-system.svc.cluster.local", cfg.CLUSTER_DNS_IP, protocol)
         assert answer.get("addresses") == [cfg.CLUSTER_DNS_IP], f"DNS over {protocol} stays open: {answer}"
-
-
-def isolation(node: NodeHandle, namespace: str, name: str) -> tuple[str, bool]:
-    """(NetworkIsolated status, zeroTrust) from the UDSVirtualMachine's status."""
-    status = (node.api.get(f"{UDS_VM_API}/namespaces/{namespace}/udsvirtualmachines/{name}") or {}).get(
-        "status"
-    ) or {}
-    found = next((c for c in status.get("conditions", []) if c["type"] == "NetworkIsolated"), {})
-    return found.get("status", ""), bool(status.get("zeroTrust"))
 
 
 def test_the_real_launcher_pod_gets_only_the_traffic_its_policy_allows(
@@ -132,7 +121,7 @@ def test_the_real_launcher_pod_gets_only_the_traffic_its_policy_allows(
     play_cdi_import(node, ns, "web-dv")
     pod = running_launcher(node, ns, "web")
     assert pod["metadata"]["ownerReferences"][0]["kind"] == "VirtualMachineInstance"  # virt-controller's pod
-    assert isolation(node, ns, "web") == ("True", True)
+    assert isolation(node, ns, "web")[0::2] == ("True", True)  # (NetworkIsolated, zeroTrust)
     assert_isolated(node, pod, peers)
 
 
@@ -205,6 +194,12 @@ def rolled_out(node: NodeHandle, namespace: str) -> str | None:
     return revision if done else None
 
 
+def all_running(node: NodeHandle, namespace: str) -> dict[str, str] | None:
+    """running_vmis once every member's VMI runs, else None (one read per poll)."""
+    running = running_vmis(node, namespace)
+    return running if len(running) == REPLICAS else None
+
+
 def running_vmis(node: NodeHandle, namespace: str) -> dict[str, str]:
     """Member name -> UID of its VMI, for the VMIs KubeVirt reports Running and Ready."""
     out = {}
@@ -228,7 +223,7 @@ def test_a_pool_rolls_through_real_vmis_and_its_members_stay_isolated(
             node,
             ns,
             "both members' VMIs Running",
-            lambda: len(running_vmis(node, ns)) == REPLICAS and running_vmis(node, ns),
+            lambda: all_running(node, ns),
         )
         old_pods = {p["metadata"]["uid"] for m in before for p in launcher_pods(node, ns, m)}
 
@@ -247,7 +242,7 @@ def test_a_pool_rolls_through_real_vmis_and_its_members_stay_isolated(
             node,
             ns,
             "the new members' VMIs Running",
-            lambda: len(running_vmis(node, ns)) == REPLICAS and running_vmis(node, ns),
+            lambda: all_running(node, ns),
         )
 
     assert second != first

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the session fixture)
     component_logs,
+    isolation,
     kubevirt_fixture,
     launcher_pods,
     play_cdi_import,
@@ -159,15 +160,6 @@ def policy_selection(node: NodeHandle, namespace: str) -> list[str]:
         p["metadata"]["name"]
         for p in node.api.items(f"/api/v1/namespaces/{namespace}/pods", label_selector=selector)
     )
-
-
-def isolation(node: NodeHandle, namespace: str) -> tuple[str, str, bool]:
-    """(NetworkIsolated status, its reason, zeroTrust) from the UDSVirtualMachine's status."""
-    status = (node.api.get(f"{UDS_VM_API}/namespaces/{namespace}/udsvirtualmachines/web") or {}).get(
-        "status"
-    ) or {}
-    found = next((c for c in status.get("conditions", []) if c["type"] == "NetworkIsolated"), {})
-    return (found.get("status", ""), found.get("reason", ""), bool(status.get("zeroTrust")))
 
 
 def running_vmi_uid(node: NodeHandle, namespace: str) -> str | None:

@@ -3,9 +3,10 @@
 
 The policies come from the operator's own pure renderers (`render_children`,
 `render_verifier_network_policy`), the same functions the controller calls; their ownerReferences are
-dropped because no UDSVirtualMachine owns them here (the garbage collector would remove them). Until the
-real-KubeVirt tier brings real launcher pods, the "VM" is a busybox pod labelled with the rendered
-VirtualMachine's pod-template labels.
+dropped because no UDSVirtualMachine owns them here (the garbage collector would remove them). The "VM" is
+a busybox pod labelled with the rendered VirtualMachine's pod-template labels, so every network option can
+be shown without KubeVirt; test_kubevirt_launcher_packets shows the same on the launcher pod virt-controller
+makes.
 
 Every "denied" is first awaited (the engine applies a policy within seconds) and then held against an
 "allowed" from the same pod, so a policy engine that blocked everything would fail these tests too.
@@ -55,13 +56,9 @@ def apply_policy(node: NodeHandle, policy: dict[str, Any]) -> None:
     node.create(policy, f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies")
 
 
-BLOCKED = ("refused", "timeout")
-"""kube-router rejects what a policy denies (ICMP port unreachable: "refused"); a drop would time out. Every
-target port here is listening, and was reached before the policy, so either outcome is the policy's."""
-
-
 def blocked(pid: int, host: str, port: int) -> bool:
-    return probes.tcp(pid, host, port) in BLOCKED
+    """Every target port here is listening and was reached before the policy, so a block is the policy's."""
+    return probes.tcp_blocked(pid, host, port)
 
 
 def eventually_blocked(what: str, pid: int, host: str, port: int) -> None:

@@ -84,6 +84,16 @@ def tcp(pid: int, host: str, port: int, timeout_s: float = 2.0) -> Outcome:
     return out if out in ("connected", "refused", "timeout", "unreachable") else "error"  # type: ignore[return-value]
 
 
+POLICY_BLOCKED = ("refused", "timeout")
+"""kube-router rejects what a policy denies (ICMP port unreachable: "refused"); a drop would time out. Only a
+verdict where the target is known to listen and was reached otherwise."""
+
+
+def tcp_blocked(pid: int, host: str, port: int) -> bool:
+    """The connection was refused or timed out (see POLICY_BLOCKED for when that means a policy)."""
+    return tcp(pid, host, port) in POLICY_BLOCKED
+
+
 def dns(pid: int, name: str, server: str, protocol: str = "udp", timeout_s: float = 2.0) -> dict[str, object]:
     """One A query from inside the pod: {"outcome": "answered", "rcode": 0, "addresses": [...]}."""
     result: dict[str, object] = json.loads(
