@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import secrets
+import signal
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -36,6 +38,7 @@ from uds_vm_operator.controller.compare import (  # noqa: E402
 )
 
 N = 100
+KOPF_FLOOR = ROOT / "bench" / "_kopf_floor_operator.py"
 SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields")
 
 
@@ -144,3 +147,40 @@ def test_both_operators_converge_100_vms_with_identical_writes(
 
     assert len(anchor_events) == N
     assert summary(anchor_events) == summary(ours_events)
+
+
+def test_kopf_floor_operator_writes_the_first_status_and_nothing_else(
+    control_plane: Any, two_namespaces: tuple[Api, str, str]
+) -> None:
+    """The start-up bench's third contender (bench/_kopf_floor_operator.py) still does its one job: the
+    first status write of a VM in its namespace, no children, no Events, and a VM elsewhere untouched."""
+    api, namespace, elsewhere = two_namespaces
+    log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in the finally below)
+    process = subprocess.Popen(
+        [sys.executable, str(KOPF_FLOOR), "--kubeconfig", control_plane.kubeconfig, "--namespace", namespace],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        api.apply(udsvm("floor", namespace), vm_path(namespace, "floor"))
+        api.apply(udsvm("floor", elsewhere), vm_path(elsewhere, "floor"))
+
+        def phase() -> Any:
+            assert process.poll() is None, "the kopf floor operator exited"
+            return ((api.get(vm_path(namespace, "floor")) or {}).get("status") or {}).get("phase")
+
+        assert wait_for(phase, 60, 0.2, what="the kopf floor's status write") == "Pending"
+        assert children_of(api, namespace) == {}
+        assert api.items(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events") == []
+        assert "status" not in (api.get(vm_path(elsewhere, "floor")) or {})
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            assert process.wait(timeout=20) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            log.seek(0)
+            print(f"--- kopf floor log ---\n{log.read().decode(errors='replace')[-3000:]}")
+            log.close()
