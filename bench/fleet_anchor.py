@@ -327,7 +327,12 @@ def _startup(kubeconfig: Path, calibration: dict[str, Any], results: dict[str, A
     prefix = scratch / "pycache"
     roots = startup._interpreter_roots()
     startup._compile_bytecode(prefix, roots)
-    names = [f"{kind}{who}{i}" for kind in ("warm", "cold", "up") for who in CONTENDERS for i in range(9)]
+    names = [
+        f"{kind}-{who.replace('_', '-')}-{i}"
+        for kind in ("warm", "cold", "up")
+        for who in CONTENDERS
+        for i in range(9)
+    ]
     rendered = write_rendered(scratch / "rendered", namespace, names, fleet_vm, calibration)
     anchor = AnchorProcess(kubeconfig, namespace, rendered, scratch / "logs", workers=WORKERS)
     samples: dict[str, list[float]] = {}
@@ -352,7 +357,7 @@ def _startup(kubeconfig: Path, calibration: dict[str, Any], results: dict[str, A
         return startup.operator_argv(kubeconfig, namespace)
 
     def one(kind: str, who: str, index: int) -> float:
-        name = f"{kind}{who}{index}"
+        name = f"{kind}-{who.replace('_', '-')}-{index}"
         api.apply(
             fleet_vm(name, namespace),
             f"/apis/uds.dev/v1alpha1/namespaces/{namespace}/udsvirtualmachines/{name}",

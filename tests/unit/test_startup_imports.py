@@ -50,6 +50,37 @@ def test_the_vm_controller_process_leaves_other_features_unimported() -> None:
     assert imported_after("import uds_vm_operator.controller.process", elsewhere) == []
 
 
+def test_both_controllers_start_without_the_verifier_windows_or_package_metadata_code() -> None:
+    """What ``run`` with both controllers needs before its first reconcile, and no more of these."""
+    code = """
+        from uds_vm_operator.operator_main import build_parser
+        build_parser().parse_args(["run", "--standalone"])
+        import uds_vm_operator.controller.process
+        import uds_vm_operator.controller.pool
+        from uds_vm_operator.runtime.kopf_integration import check_kopf_version
+        check_kopf_version()
+    """
+    unneeded = [
+        "uds_vm_operator.verify.core",  # the verifier pod's hashing: `verify-disk` only
+        "uds_vm_operator.verify.reader",
+        "xml.sax",  # Windows answer files: rendered only for a Windows VM
+        "importlib.metadata",  # kopf's version: kopf.__version__ has it
+    ]
+    assert imported_after(textwrap.dedent(code), unneeded) == []
+
+
+def test_the_verify_package_still_offers_every_public_name() -> None:
+    names = run_fresh(
+        """
+        import json
+        import uds_vm_operator.verify as verify
+        print(json.dumps({name: callable(getattr(verify, name)) for name in verify.__all__}))
+        """
+    )
+    assert names and all(names.values())
+    assert "verify_disk" in names and "parse_digest" in names
+
+
 def test_no_model_validator_is_built_until_a_spec_is_parsed() -> None:
     built = run_fresh(
         """

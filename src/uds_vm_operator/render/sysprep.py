@@ -17,7 +17,6 @@ The Administrator password appears only inside this Secret (and the ``<name>-adm
 from __future__ import annotations
 
 from typing import Any
-from xml.sax.saxutils import escape, quoteattr
 
 from uds_vm_operator.api.errors import SpecError
 from uds_vm_operator.api.models import NETBIOS_MAX_LENGTH, UDSVirtualMachineSpec, netbios_problem
@@ -90,6 +89,20 @@ def computer_name(owner: Owner, spec: UDSVirtualMachineSpec) -> str:
     if problem is not None:
         raise SpecError(f"spec.windows: {problem}")
     return name
+
+
+def escape(text: str) -> str:
+    """XML character data; ``xml.sax`` loads only when a Windows answer file is rendered (not at start)."""
+    from xml.sax.saxutils import escape as sax_escape  # noqa: PLC0415
+
+    return sax_escape(text)
+
+
+def quoteattr(text: str) -> str:
+    """A quoted XML attribute value (lazy, as :func:`escape`)."""
+    from xml.sax.saxutils import quoteattr as sax_quoteattr  # noqa: PLC0415
+
+    return sax_quoteattr(text)
 
 
 def _element(tag: str, content: str | list[str], attrs: str = "") -> str:

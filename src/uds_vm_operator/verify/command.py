@@ -10,8 +10,6 @@ import argparse
 import sys
 import time
 
-from uds_vm_operator.verify.core import verify_disk
-
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 
 
@@ -48,6 +46,8 @@ def add_verify_disk_parser(sub: argparse._SubParsersAction[argparse.ArgumentPars
 
 def run_verify_disk(args: argparse.Namespace) -> int:
     """Verify, print and record the result; returns the process exit code."""
+    from uds_vm_operator.verify.core import verify_disk  # noqa: PLC0415 (the operator's `run` never needs it)
+
     started = time.monotonic()
     result = verify_disk(args.path, args.virtual_size, args.expected)
     elapsed_s = max(time.monotonic() - started, 1e-9)
