@@ -90,8 +90,49 @@ def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, int]:
 
 
 def _save_partial(results: dict[str, Any]) -> None:
+    """Write what is measured so far, keeping the sections (and fleet sizes) an earlier run measured.
+
+    A subset run (``BENCH_ANCHOR_SECTIONS``, ``BENCH_ANCHOR_N``) replaces only what it measured; every
+    section and fleet size carries ``measured_at`` and ``commit`` so a merged record says which run gave it.
+    """
+    _stamp(results)
     PARTIAL.parent.mkdir(parents=True, exist_ok=True)
-    PARTIAL.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    PARTIAL.write_text(json.dumps(merged_with_earlier(results), indent=2, sort_keys=True) + "\n")
+
+
+def merged_with_earlier(results: dict[str, Any]) -> dict[str, Any]:
+    """``results`` over the partial file's earlier contents: whole sections, fleet sizes one by one."""
+    try:
+        earlier = json.loads(PARTIAL.read_text())
+    except (OSError, ValueError):
+        earlier = {}
+    if not isinstance(earlier, dict):
+        earlier = {}
+    merged = {**earlier, **results}
+    merged["fleet"] = {**(earlier.get("fleet") or {}), **(results.get("fleet") or {})}
+    if merged["fleet"]:
+        merged["sizes"] = sorted(int(n) for n in merged["fleet"])
+    else:
+        del merged["fleet"]
+    return merged
+
+
+def _stamp(results: dict[str, Any]) -> None:
+    entries = [results.get(key) for key in ("startup", "pools")]
+    entries += list((results.get("fleet") or {}).values())
+    for entry in entries:
+        if isinstance(entry, dict) and "measured_at" not in entry:
+            entry["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            entry["commit"] = _commit()
+
+
+def _commit() -> str:
+    import subprocess  # noqa: PLC0415
+
+    done = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    )
+    return done.stdout.strip() or "unknown"
 
 
 # ------------------------------------------------------------------------------------------- processes
@@ -493,7 +534,10 @@ def _pools(kubeconfig: Path, results: dict[str, Any]) -> None:
 
 
 def run() -> dict[str, Any]:
-    """Startup, fleet (floor / ours / anchor per N) and pools; becomes bench/results/fleet_anchor.json."""
+    """Startup, fleet (floor / ours / anchor per N) and pools; becomes bench/results/fleet_anchor.json.
+
+    Sections this run did not measure are kept from the partial file (each stamped with its run).
+    """
     if not ANCHOR_BIN.exists():
         raise SystemExit(f"{ANCHOR_BIN} is missing: run `make go-anchor`")
     sizes = [int(x) for x in os.environ.get("BENCH_ANCHOR_N", "").split(",") if x] or list(SIZES)
@@ -508,8 +552,10 @@ def run() -> dict[str, Any]:
             _fleet(kubeconfig, sizes, calibration, results)
         if "pools" in sections:
             _pools(kubeconfig, results)
-    results["summary"] = _summary(results)
-    return results
+    _save_partial(results)
+    merged = merged_with_earlier(results)
+    merged["summary"] = _summary(merged)
+    return merged
 
 
 def _summary(results: dict[str, Any]) -> dict[str, Any]:
