@@ -8,6 +8,9 @@ phase `Running` (under its own service account); and the launcher's process, a s
 does not build here. So what is proven is the network path to the pod virt-controller made, and what the
 operator and virt-controller do with VMIs that run; no guest boots.
 
+The pool's members' launcher pods carry the pool label, and a policy of the user's on another pod that
+admits only `uds.dev/pool: web` lets them through while it refuses a pod without the label.
+
 Every "blocked" is held against an "allowed" to the same listener (and the listener is first reached from
 inside the pod), so a policy engine that blocked everything, or a stand-in that listened on nothing, fails.
 """
@@ -263,3 +266,44 @@ def test_a_pool_rolls_through_real_vmis_and_its_members_stay_isolated(
         # The pool's and its template's labels reach the pod, so a policy elsewhere can select the pool.
         assert (labels.get("app"), labels.get(POOL_LABEL)) == ("web", POOL), labels
         assert_isolated(node, pod, peers)
+    assert_a_policy_elsewhere_selects_the_pool(node, ns, peers, list(after))
+
+
+def db_admits_only_the_pool(namespace: str) -> dict[str, Any]:
+    """A user's policy on the database: ingress on 5432 only from the pool's members, by the pool label."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "db-admits-the-web-pool", "namespace": namespace},
+        "spec": {
+            "podSelector": {"matchLabels": {"app": "db"}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [{"podSelector": {"matchLabels": {POOL_LABEL: POOL}}}],
+                    "ports": [{"protocol": "TCP", "port": 5432}],
+                }
+            ],
+        },
+    }
+
+
+def assert_a_policy_elsewhere_selects_the_pool(
+    node: NodeHandle, namespace: str, peers: Peers, members: list[str]
+) -> None:
+    """The pool label on the real launcher pods is what a policy of the user's can select them by: once the
+    database admits only the pool, every member still reaches it and the admin (no pool label) no longer."""
+    assert probes.tcp(peers.admin, peers.db_ip, 5432) == "connected", "the admin reaches the db before"
+    node.api.create(
+        db_admits_only_the_pool(namespace),
+        f"/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies",
+    )
+    wait_until(
+        "the db's policy to refuse the admin, who is no pool member",
+        lambda: probes.tcp_blocked(peers.admin, peers.db_ip, 5432),
+        45,
+        0.5,
+    )
+    for member in members:
+        pid = node.container_pid(the_launcher_pod(node, namespace, member))
+        assert probes.tcp(pid, peers.db_ip, 5432) == "connected", f"{member}, selected by {POOL_LABEL}"
