@@ -356,6 +356,11 @@ def _pools_rolled(api: Any, namespace: str, revisions: dict[str, str], replicas:
     return True
 
 
+def _startup_vm(kind: str, who: str, index: int) -> str:
+    """The VM one start-up sample waits on (a valid VM name: no underscores)."""
+    return f"{kind}-{who.replace('_', '-')}-{index}"
+
+
 def _startup(kubeconfig: Path, calibration: dict[str, Any], results: dict[str, Any]) -> None:
     from operator_harness import Api  # noqa: PLC0415
 
@@ -369,10 +374,7 @@ def _startup(kubeconfig: Path, calibration: dict[str, Any], results: dict[str, A
     roots = startup._interpreter_roots()
     startup._compile_bytecode(prefix, roots)
     names = [
-        f"{kind}-{who.replace('_', '-')}-{i}"
-        for kind in ("warm", "cold", "up")
-        for who in CONTENDERS
-        for i in range(9)
+        _startup_vm(kind, who, i) for kind in ("warm", "cold", "up") for who in CONTENDERS for i in range(9)
     ]
     rendered = write_rendered(scratch / "rendered", namespace, names, fleet_vm, calibration)
     anchor = AnchorProcess(kubeconfig, namespace, rendered, scratch / "logs", workers=WORKERS)
@@ -398,7 +400,7 @@ def _startup(kubeconfig: Path, calibration: dict[str, Any], results: dict[str, A
         return startup.operator_argv(kubeconfig, namespace)
 
     def one(kind: str, who: str, index: int) -> float:
-        name = f"{kind}-{who.replace('_', '-')}-{index}"
+        name = _startup_vm(kind, who, index)
         api.apply(
             fleet_vm(name, namespace),
             f"/apis/uds.dev/v1alpha1/namespaces/{namespace}/udsvirtualmachines/{name}",
