@@ -68,6 +68,19 @@ def installed_kopf_version() -> str:
     return importlib.metadata.version("kopf")
 
 
+def set_stop_flag_on_cleanup(registry: kopf.OperatorRegistry, stop_flag: Any) -> None:
+    """Set ``stop_flag`` in kopf's cleanup activity, so a SIGTERM'd operator exits at once, not after 5 s.
+
+    kopf 1.45 waits on the stop flag in a task of its own ("stop-flag waiter") that a signal never ends;
+    after the root tasks stop, kopf gives such leftover tasks 5 s before it cancels them. Setting the flag
+    in the cleanup activity (which runs once every root task is done) lets that task finish by itself.
+    """
+
+    @kopf.on.cleanup(registry=registry, id="release-stop-flag-waiter")
+    async def release_stop_flag_waiter(**_: Any) -> None:
+        stop_flag.set()
+
+
 class EphemeralMemories(ResourceMemories):
     """A memory container that remembers nothing between events."""
 
