@@ -517,6 +517,7 @@ def _pools(kubeconfig: Path, results: dict[str, Any]) -> None:
         api.call("DELETE", f"/api/v1/namespaces/{namespace}", expect=(200, 202, 404))
         api.close()
     min_ready = min(watcher.min_ready for watcher in watchers)
+    waits = sorted(wait for watcher in watchers for wait in watcher.deletion_waits_s)
     results["pools"] = {
         "pools": count,
         "replicas": replicas,
@@ -530,6 +531,14 @@ def _pools(kubeconfig: Path, results: dict[str, Any]) -> None:
         "ready_floor": replicas - POOL_STRATEGY["maxUnavailable"],
         "floor_held": min_ready >= replicas - POOL_STRATEGY["maxUnavailable"],
         "max_members_any_pool": max(watcher.max_members for watcher in watchers),
+        "member_deletion_wait_s": {
+            "definition": "a replaced member's deletion timestamp (first seen) → gone: the garbage "
+            "collector removing its children (Foreground propagation); an ordinal returns only after",
+            "members": len(waits),
+            "median": round(statistics.median(waits), 1) if waits else None,
+            "mean": round(statistics.fmean(waits), 1) if waits else None,
+            "max": round(waits[-1], 1) if waits else None,
+        },
         "load_1m": {"before": load_before, "after": _load()},
     }
     _save_partial(results)
@@ -589,7 +598,8 @@ def _summary(results: dict[str, Any]) -> dict[str, Any]:
     if "pools" in results:
         pools = results["pools"]
         summary["pools"] = {
-            k: pools[k] for k in ("roll_s", "peak_rss_mib", "min_ready_any_pool", "floor_held")
+            k: pools.get(k)
+            for k in ("roll_s", "peak_rss_mib", "min_ready_any_pool", "floor_held", "member_deletion_wait_s")
         }
     return summary
 

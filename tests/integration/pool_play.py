@@ -161,6 +161,10 @@ class ReadyWatcher:
     ready_counts: list[int] = field(default_factory=list)
     member_counts: list[int] = field(default_factory=list)
     events: int = 0
+    deletion_waits_s: list[float] = field(default_factory=list)
+    """Per member deleted while watched: seconds from its deletion timestamp (first seen) to its removal,
+    i.e. how long the garbage collector took with its children under ``Foreground`` propagation."""
+    _deleting_since: dict[str, float] = field(default_factory=dict)
     _members: dict[str, dict[str, Any]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _started: threading.Event = field(default_factory=threading.Event)
@@ -195,6 +199,15 @@ class ReadyWatcher:
         self.ready_counts.append(sum(1 for member in self._members.values() if is_ready(member)))
         self.member_counts.append(len(self._members))
 
+    def _time_deletion(self, kind: str, meta: dict[str, Any]) -> None:
+        uid = meta.get("uid", "")
+        if kind == "DELETED":
+            since = self._deleting_since.pop(uid, None)
+            if since is not None:
+                self.deletion_waits_s.append(time.monotonic() - since)
+        elif meta.get("deletionTimestamp") and uid not in self._deleting_since:
+            self._deleting_since[uid] = time.monotonic()
+
     def _run(self) -> None:
         client = http_client(self.kubeconfig, timeout_s=60)
         selector = f"{POOL_LABEL}={self.pool}"
@@ -224,6 +237,7 @@ class ReadyWatcher:
                             raise AssertionError(f"watch error: {event}")
                         obj = event["object"]
                         version = obj["metadata"]["resourceVersion"]
+                        self._time_deletion(event["type"], obj["metadata"])
                         if event["type"] == "DELETED":
                             self._members.pop(obj["metadata"]["name"], None)
                         else:

@@ -127,6 +127,8 @@ def test_five_member_rollout_never_drops_below_five_ready(api, namespace, pool_o
     assert watcher.min_ready >= 5, watcher.ready_counts
     assert watcher.max_members <= 6, watcher.member_counts  # maxSurge 1
     assert watcher.events >= 20  # 6 creations, readiness, 6 deletions: every step was observed
+    # Every deleted member (the 5 old ones and the surge ordinal 5) was timed from its deletion timestamp.
+    assert len(watcher.deletion_waits_s) >= 6 and all(w >= 0 for w in watcher.deletion_waits_s)
     after = members(api, namespace)
     assert not set(uids_before.values()) & {m["metadata"]["uid"] for m in after.values()}  # all replaced
     status = pool_status(api, namespace)
