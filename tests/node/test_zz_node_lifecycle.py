@@ -117,11 +117,14 @@ def test_a_crashed_node_comes_back_and_cluster_down_leaves_nothing(node: NodeHan
         again.api.close()
 
     # The second crash, with a pod running; the next node starts in a state dir of its own.
+    crashed_plane_files = Path(json.loads((state / "state.json").read_text())["run_dir"])
     _crash(state)
+    assert crashed_plane_files.is_dir(), "the crash left the plane's run folder (the premise)"
     assert host_baseline.mounts_under(state, paths.run_dir), "the crash left the pods' mounts (the premise)"
     fresh = Path(tempfile.mkdtemp(prefix="udsn-", dir="/tmp"))  # as the conftest makes one
     node_launcher.up(fresh)
     assert not host_baseline.mounts_under(state, paths.run_dir), "node-up removed the dead node's mounts"
+    assert not crashed_plane_files.exists(), "node-up removed the dead plane's etcd data and certificates"
     fresh_paths = node_launcher.paths_for(fresh)
     assert (fresh / "pids.json").is_file() and fresh_paths.pids.is_file()
     removed = node_launcher.down(fresh, stop_plane=True)

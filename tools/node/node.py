@@ -733,6 +733,16 @@ def _clean_up_after_crashed_owner(paths: cfg.NodePaths) -> None:
         print(f"the node of {owner} died without node-down; removing what it left first", file=sys.stderr)
         with contextlib.suppress(NodeError):
             _down_locked(owner, stop_plane=False)
+        _remove_dead_plane(owner)
+
+
+def _remove_dead_plane(state_dir: Path) -> None:
+    """A crashed node's plane died with it: remove its run folder (etcd data, certificates; ~130 MB in /tmp)
+    and runtime files, which no one else would. A plane with any live process is left alone."""
+    with contextlib.suppress(*controlplane.LAUNCH_ERRORS):
+        plane = controlplane.attach(state_dir)
+        if plane is not None and not any(record.is_alive() for record in plane.records):
+            plane.stop()  # nothing left to signal: it only deletes the files
 
 
 def _detach_loops(paths: cfg.NodePaths) -> list[str]:
