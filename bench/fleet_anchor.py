@@ -89,15 +89,17 @@ def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, int]:
     return {k: int(v - before.get(k, 0.0)) for k, v in after.items() if v != before.get(k, 0.0)}
 
 
-def _save_partial(results: dict[str, Any]) -> None:
+def _save_partial(results: dict[str, Any]) -> dict[str, Any]:
     """Write what is measured so far, keeping the sections (and fleet sizes) an earlier run measured.
 
     A subset run (``BENCH_ANCHOR_SECTIONS``, ``BENCH_ANCHOR_N``) replaces only what it measured; every
     section and fleet size carries ``measured_at`` and ``commit`` so a merged record says which run gave it.
     """
     _stamp(results)
+    merged = merged_with_earlier(results)
     PARTIAL.parent.mkdir(parents=True, exist_ok=True)
-    PARTIAL.write_text(json.dumps(merged_with_earlier(results), indent=2, sort_keys=True) + "\n")
+    PARTIAL.write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
+    return merged
 
 
 def merged_with_earlier(results: dict[str, Any]) -> dict[str, Any]:
@@ -120,10 +122,12 @@ def merged_with_earlier(results: dict[str, Any]) -> dict[str, Any]:
 def _stamp(results: dict[str, Any]) -> None:
     entries = [results.get(key) for key in ("startup", "pools")]
     entries += list((results.get("fleet") or {}).values())
-    for entry in entries:
-        if isinstance(entry, dict) and "measured_at" not in entry:
-            entry["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            entry["commit"] = _commit()
+    fresh = [entry for entry in entries if isinstance(entry, dict) and "measured_at" not in entry]
+    if not fresh:
+        return
+    stamp = {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "commit": _commit()}
+    for entry in fresh:
+        entry.update(stamp)
 
 
 def _commit() -> str:
@@ -563,8 +567,7 @@ def run() -> dict[str, Any]:
             _fleet(kubeconfig, sizes, calibration, results)
         if "pools" in sections:
             _pools(kubeconfig, results)
-    _save_partial(results)
-    merged = merged_with_earlier(results)
+    merged = _save_partial(results)
     merged["summary"] = _summary(merged)
     return merged
 

@@ -91,15 +91,15 @@ def computer_name(owner: Owner, spec: UDSVirtualMachineSpec) -> str:
     return name
 
 
-def escape(text: str) -> str:
+def _escape(text: str) -> str:
     """XML character data; ``xml.sax`` loads only when a Windows answer file is rendered (not at start)."""
     from xml.sax.saxutils import escape as sax_escape  # noqa: PLC0415
 
     return sax_escape(text)
 
 
-def quoteattr(text: str) -> str:
-    """A quoted XML attribute value (lazy, as :func:`escape`)."""
+def _quoteattr(text: str) -> str:
+    """A quoted XML attribute value (lazy, as :func:`_escape`)."""
     from xml.sax.saxutils import quoteattr as sax_quoteattr  # noqa: PLC0415
 
     return sax_quoteattr(text)
@@ -109,15 +109,15 @@ def _element(tag: str, content: str | list[str], attrs: str = "") -> str:
     opening = f"<{tag}{' ' + attrs if attrs else ''}>"
     if isinstance(content, list):
         return opening + "".join(content) + f"</{tag}>"
-    return opening + escape(content) + f"</{tag}>"
+    return opening + _escape(content) + f"</{tag}>"
 
 
 def _component(name: str, children: list[str]) -> str:
-    return _element("component", children, f"name={quoteattr(name)} {_COMPONENT_ATTRS}")
+    return _element("component", children, f"name={_quoteattr(name)} {_COMPONENT_ATTRS}")
 
 
 def _settings(unattend_pass: str, components: list[str]) -> str:
-    return _element("settings", components, f"pass={quoteattr(unattend_pass)}")
+    return _element("settings", components, f"pass={_quoteattr(unattend_pass)}")
 
 
 def _synchronous_commands(tag: str, command_tag: str, commands: list[tuple[str, str]]) -> str:
@@ -357,7 +357,7 @@ def render_unattend_xml(
     passes.append(_oobe_pass(admin_password, generalize))
     document = (
         '<?xml version="1.0" encoding="utf-8"?>\n'
-        + _element("unattend", passes, f"xmlns={quoteattr(_UNATTEND_NS)} xmlns:wcm={quoteattr(_WCM_NS)}")
+        + _element("unattend", passes, f"xmlns={_quoteattr(_UNATTEND_NS)} xmlns:wcm={_quoteattr(_WCM_NS)}")
         + "\n"
     )
     return (AUTOUNATTEND_KEY if mode == "iso" else UNATTEND_KEY), document
