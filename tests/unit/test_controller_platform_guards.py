@@ -91,6 +91,20 @@ def test_emulation_enabled_by_an_admin_is_recorded_but_not_no_kvm() -> None:
     assert cond is not None and cond[:2] == ("False", "SoftwareEmulation")
 
 
+def test_emulation_is_reported_even_on_kvm_nodes_because_kubevirt_then_emulates_every_guest() -> None:
+    verdict = kvm_guard.kvm_verdict([node("a", kvm="1k")], [kubevirt(True)])
+    cond = kvm_guard.kvm_condition(verdict)
+    assert cond is not None and cond[:2] == ("False", "SoftwareEmulation")
+    assert "developerConfiguration.useEmulation: true" in cond.message
+    assert "1 of 1 schedulable nodes advertise" in cond.message
+
+
+def test_emulation_is_reported_before_any_node_is_known() -> None:
+    cond = kvm_guard.kvm_condition(kvm_guard.kvm_verdict([], [kubevirt(True)]))
+    assert cond is not None and cond.reason == "SoftwareEmulation"
+    assert kvm_guard.kvm_condition(kvm_guard.kvm_verdict([], [kubevirt(False)])) is None
+
+
 # ------------------------------------------------------------------------------------------------ SSRF
 
 

@@ -62,28 +62,74 @@ for name in virt-api virt-controller; do
   fi
   push_image "$ref" "$archive"
 done
-# The launcher stand-in: static busybox (Debian's busybox-static) and the two scripts; its archive is keyed by
-# their bytes, so an edit rebuilds it and nothing else.
-stand_in="$here/launcher-stand-in"
-[ -x /bin/busybox ] || { echo "error: /bin/busybox missing (apt-get install busybox-static; make node-deps)" >&2; exit 1; }
-key="$(cat /bin/busybox "$stand_in/virt-launcher-monitor" "$stand_in/virt-tail" | sha256sum | cut -c1-12)"
-archive="$images/virt-launcher-stand-in-$key.tar"
-ref="virt-launcher:${KUBEVIRT_VERSION}"
-if [ ! -s "$archive" ]; then
+# The node half: virt-launcher and virt-handler, from the binaries tools/kubevirt/build-node.sh builds in a trixie
+# root, on a trixie runtime root (libvirt 11.3 and QEMU 10, which those binaries link and drive; reference:
+# real-kubevirt-boot.md). virt-handler's image is the launcher's plus its own binaries, so the two share their
+# big layer in the registry and in containerd.
+node_bin="$("$here/build-node.sh")"
+archive_uri="$("$root/tools/debian-archive.sh")"
+runtime_pkgs="libvirt-daemon,libvirt-daemon-driver-qemu,libvirt-daemon-log,libvirt-clients,qemu-system-x86,qemu-utils,libnbd0"
+runtime_pkgs="$runtime_pkgs,iproute2,nftables,procps,util-linux,xorriso,ca-certificates,busybox-static"
+runtime_key="$(echo "$runtime_pkgs $archive_uri" | sha256sum | cut -c1-12)"
+runtime_dir="${XDG_CACHE_HOME:-$HOME/.cache}/uds-vm-operator/trixie-launcher-root-$runtime_key"
+runtime_tar="$runtime_dir/rootfs.tar"
+if [ ! -s "$runtime_tar" ]; then
+  mkdir -p "$runtime_dir"
+  t=$(date +%s)
+  # Docs, manuals and locales are not needed; apt's lists are dropped after the install.
+  mmdebstrap --quiet --variant=apt --include="$runtime_pkgs" --format=tar \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
+    --dpkgopt='path-exclude=/usr/share/locale/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+    --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
+    trixie "$runtime_tar.part" "deb $archive_uri trixie main" >&2
+  mv "$runtime_tar.part" "$runtime_tar"
+  echo "  trixie launcher root: $(( $(date +%s) - t )) s" >&2
+fi
+node_key="$( (cat "$node_bin/.stamp" "$here/images.sh" "$here"/launcher/*; echo "$runtime_key") | sha256sum | cut -c1-12)"
+launcher_archive="$images/virt-launcher-$node_key.tar"
+handler_archive="$images/virt-handler-$node_key.tar"
+launcher_ref="virt-launcher:${KUBEVIRT_VERSION}"
+handler_ref="virt-handler:${KUBEVIRT_VERSION}"
+if [ ! -s "$launcher_archive" ] || [ ! -s "$handler_archive" ]; then
   t=$(date +%s)
   staging="$(mktemp -d)"
   trap 'rm -rf "$staging"' EXIT
-  mkdir -p "$staging/bin" "$staging/usr/bin" "$staging/tmp"
-  chmod 1777 "$staging/tmp"
-  cp /bin/busybox "$staging/bin/busybox"
-  for applet in sh httpd sleep; do ln -s busybox "$staging/bin/$applet"; done
-  install -m 0755 "$stand_in/virt-launcher-monitor" "$stand_in/virt-tail" "$staging/usr/bin/"
+  conf="$node_bin/launcher-config"
+  mkdir -p "$staging/usr/bin" "$staging/usr/sbin" "$staging/usr/libexec/kubevirt" "$staging/etc/libvirt/hooks" \
+    "$staging/usr/lib64/qemu-kvm"
+  for b in virt-launcher virt-launcher-monitor virt-tail virt-freezer virt-probe container-disk; do
+    install -m 0755 "$node_bin/$b" "$staging/usr/bin/$b"
+  done
+  install -m 0755 "$node_bin/virt-libvirt-hook-client" "$staging/usr/bin/libvirt-hook-client"
+  install -m 0755 "$conf/node-labeller.sh" "$staging/usr/bin/node-labeller.sh"
+  install -m 0644 "$conf/qemu.conf" "$conf/virtqemud.conf" "$staging/etc/libvirt/"
+  install -m 0755 "$conf/qemu" "$staging/etc/libvirt/hooks/qemu"
+  install -m 0644 "$conf/nsswitch.conf" "$staging/etc/nsswitch.conf"
+  install -m 0755 "$here/launcher/virtqemud" "$staging/usr/sbin/virtqemud"
   c="$(buildah from scratch)"
+  buildah add --quiet "$c" "$runtime_tar" / >/dev/null
   buildah copy --quiet "$c" "$staging/." / >/dev/null
-  buildah config --user 107 --entrypoint '["/usr/bin/virt-launcher-monitor"]' --cmd "" \
-    --label "io.kubevirt.version=${KUBEVIRT_VERSION}" --label "dev.uds.stand-in=virt-launcher" "$c"
-  keep_image "$c" "$ref" "$archive"
-  echo "  image virt-launcher (stand-in): $(( $(date +%s) - t )) s" >&2
+  # KubeVirt's launcher image: user and group qemu (107), /var/run a relative link, the hook owned by qemu,
+  # and trixie's monolithic libvirtd copied under the name virtqemud (the launcher starts and watches a process
+  # of that name; tools/kubevirt/launcher/virtqemud is the shim that runs it).
+  buildah run "$c" -- sh -c '
+    set -e
+    grep -q "^qemu:" /etc/group || echo "qemu:x:107:" >> /etc/group
+    grep -q "^qemu:" /etc/passwd || echo "qemu:x:107:107:qemu:/home/qemu:/bin/bash" >> /etc/passwd
+    mkdir -p /home/qemu && chown 107:107 /home/qemu
+    chown 107:107 /etc/libvirt/hooks/qemu
+    rm -rf /var/run && ln -s ../run /var/run
+    cp /usr/sbin/libvirtd /usr/libexec/kubevirt/virtqemud
+  ' >&2
+  buildah config --user 107 --entrypoint '["/usr/bin/virt-launcher"]' --cmd "" \
+    --label "io.kubevirt.version=${KUBEVIRT_VERSION}" "$c"
+  keep_image "$c" "$launcher_ref" "$launcher_archive"
+  h="$(buildah from "localhost/kubevirt/$launcher_ref")"
+  for b in virt-handler virt-chroot; do buildah copy --quiet --chmod 0755 "$h" "$node_bin/$b" "/usr/bin/$b" >/dev/null; done
+  buildah config --user 0 --entrypoint '["/usr/bin/virt-handler"]' --cmd "" "$h"
+  keep_image "$h" "$handler_ref" "$handler_archive"
+  echo "  images virt-launcher, virt-handler: $(( $(date +%s) - t )) s" >&2
 fi
-push_image "$ref" "$archive" fresh
+push_image "$launcher_ref" "$launcher_archive" fresh
+push_image "$handler_ref" "$handler_archive" fresh
 echo "$images"

@@ -29,6 +29,8 @@ from lightkube.types import PatchType
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "tools" / "envtest"))
+sys.path.insert(0, str(ROOT / "tools" / "node"))
+import node as node_launcher  # noqa: E402 (tools/node is not a package)
 from pinned_versions import pinned_versions  # noqa: E402 (tools/envtest is not a package)
 
 NAMESPACE = "kubevirt"
@@ -53,9 +55,11 @@ KINDS: dict[str, tuple[str, str]] = {
     "apiServices": ("apiregistration.k8s.io/v1", "APIService"),
     "apiDeployments": ("apps/v1", "Deployment"),
     "controllerDeployments": ("apps/v1", "Deployment"),
+    "daemonSets": ("apps/v1", "DaemonSet"),
 }
-# What the node runs. Left out (ADR 0008): virt-handler, virt-operator's own webhook and Service, the export
-# proxy, the synchronization controller, Prometheus, and the launcher-pod mutating webhook (a feature gate).
+# What the node runs: virt-api, virt-controller and virt-handler (with its node labeller and device plugins).
+# Left out (ADR 0008): virt-operator itself, its webhook and Service, the export proxy, the synchronization
+# controller, Prometheus, and the launcher-pod mutating webhook (a feature gate).
 SERVICES = ("virt-api",)
 VALIDATING = ("virt-api-validator",)
 MUTATING = ("virt-api-mutator",)
@@ -114,7 +118,21 @@ def _named(objects: Iterable[Mapping[str, Any]], names: Sequence[str]) -> list[M
     return [obj for obj in objects if (obj.get("metadata") or {}).get("name") in names]
 
 
-def select(manifests: Mapping[str, list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+def handler_daemonset(daemonset: dict[str, Any], host_dirs: Mapping[str, Path]) -> dict[str, Any]:
+    """virt-handler's DaemonSet for this node: each hostPath volume KubeVirt points at /var/run or /var/lib is
+    pointed at the node's own folder for it (``NodePaths.kubevirt_host_dirs``: the kubelet's root is not
+    /var/lib/kubelet here, and node-down must find and remove all of it). Container paths stay KubeVirt's."""
+    pod = daemonset["spec"]["template"]["spec"]
+    for volume in pod.get("volumes") or []:
+        host_path = volume.get("hostPath")
+        if host_path and host_path.get("path") in host_dirs:
+            host_path["path"] = str(host_dirs[host_path["path"]])
+    return daemonset
+
+
+def select(
+    manifests: Mapping[str, list[dict[str, Any]]], host_dirs: Mapping[str, Path] | None = None
+) -> list[list[dict[str, Any]]]:
     """The objects to apply, as ordered stages (a stage is applied whole before the next starts)."""
 
     def group(
@@ -146,6 +164,10 @@ def select(manifests: Mapping[str, list[dict[str, Any]]]) -> list[list[dict[str,
         + group("mutatingWebhookConfigurations", lambda objs: _named(objs, MUTATING))
         + group("apiServices"),
         one_replica(group("controllerDeployments")),
+        [
+            handler_daemonset(ds, host_dirs or {})
+            for ds in group("daemonSets", lambda objs: _named(objs, ("virt-handler",)))
+        ],
     ]
 
 
@@ -236,6 +258,20 @@ def _deployment_available(client: Client, name: str) -> bool:
     return any(c.type == "Available" and c.status == "True" for c in conditions)
 
 
+def _daemonset_ready(client: Client, name: str) -> bool:
+    raw = client._client.request(
+        "get", res=codecs.resource_registry.load("apps/v1", "DaemonSet"), name=name, namespace=NAMESPACE
+    )
+    status = raw.status
+    return bool(status and status.desiredNumberScheduled and status.numberReady == status.desiredNumberScheduled)
+
+
+def _node_schedulable(client: Client) -> bool:
+    """virt-handler's node labeller has run: every node carries ``kubevirt.io/schedulable=true``."""
+    nodes = list(client.list(codecs.resource_registry.load("v1", "Node")))
+    return bool(nodes) and all((n.metadata.labels or {}).get("kubevirt.io/schedulable") == "true" for n in nodes)
+
+
 def _crds_established(client: Client, names: Sequence[str]) -> bool:
     res = codecs.resource_registry.load("apiextensions.k8s.io/v1", "CustomResourceDefinition")
     for name in names:
@@ -254,7 +290,8 @@ def _apiservice_available(client: Client, name: str) -> bool:
 
 
 def up(state_dir: Path, version: str) -> dict[str, float]:
-    """Apply everything and wait for virt-api (webhooks, subresources) and virt-controller; return timings."""
+    """Apply everything and wait for virt-api (webhooks, subresources), virt-controller and virt-handler (its
+    node labelled schedulable); return timings."""
     timings: dict[str, float] = {}
     started = time.monotonic()
     registry = registry_of(state_dir)
@@ -265,7 +302,7 @@ def up(state_dir: Path, version: str) -> dict[str, float]:
         trust_env=False,
     )
     _apply(client, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
-    stages = select(manifests)
+    stages = select(manifests, node_launcher.paths_for(state_dir).kubevirt_host_dirs)
     for obj in stages[0]:
         _apply(client, obj)
     crds = [obj["metadata"]["name"] for obj in stages[0] if obj["kind"] == "CustomResourceDefinition"]
@@ -298,6 +335,15 @@ def up(state_dir: Path, version: str) -> dict[str, float]:
         _apply(client, obj)
     _wait("virt-controller to become Available", lambda: _deployment_available(client, "virt-controller"))
     timings["virt-controller"] = time.monotonic() - started
+    for obj in stages[4]:
+        _apply(client, obj)
+    _wait(
+        "virt-handler to become Ready (see `kubectl -n kubevirt logs ds/virt-handler`)",
+        lambda: _daemonset_ready(client, "virt-handler"),
+        READY_TIMEOUT_S * 2,
+    )
+    _wait("virt-handler's node labeller to mark the node schedulable", lambda: _node_schedulable(client))
+    timings["virt-handler"] = time.monotonic() - started
     return timings
 
 

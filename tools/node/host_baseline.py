@@ -22,6 +22,9 @@ NETNS_DIR = Path("/var/run/netns")
 SHIM_SOCKET_DIR = Path("/run/containerd/s")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 KUBEPODS = "kubepods"
+DEVICES = (Path("/dev/kvm"), Path("/dev/net/tun"), Path("/dev/vhost-net"))
+"""Device nodes KubeVirt's node half may touch (its node labeller makes /dev/kvm world-writable when it can
+reach it); node-down puts their modes back."""
 
 
 def _run(argv: list[str], *, check: bool = False) -> str:
@@ -78,6 +81,26 @@ def kubepods_cgroups() -> list[str]:
     return sorted(found)
 
 
+def device_modes() -> dict[str, int]:
+    """Permission bits of the KubeVirt-relevant device nodes that exist on this host."""
+    modes = {}
+    for device in DEVICES:
+        with contextlib.suppress(OSError):
+            modes[str(device)] = device.stat().st_mode & 0o7777
+    return modes
+
+
+def restore_device_modes(baseline: HostBaseline) -> list[str]:
+    """chmod back every recorded device node whose mode changed while the node ran; return what changed."""
+    restored = []
+    for name, mode in baseline.device_modes.items():
+        with contextlib.suppress(OSError):
+            if Path(name).stat().st_mode & 0o7777 != mode:
+                os.chmod(name, mode)
+                restored.append(f"{name} mode {mode:o}")
+    return restored
+
+
 def read_sysctl(name: str) -> str:
     return Path("/proc/sys", *name.split(".")).read_text(encoding="ascii").strip()
 
@@ -97,6 +120,7 @@ class HostBaseline:
     shim_sockets: list[str] = field(default_factory=list)
     kubepods: list[str] = field(default_factory=list)
     sysctls: dict[str, str] = field(default_factory=dict)
+    device_modes: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def capture(cls, sysctls: tuple[str, ...]) -> HostBaseline:
@@ -111,6 +135,7 @@ class HostBaseline:
             shim_sockets=shim_sockets(),
             kubepods=kubepods_cgroups(),
             sysctls={name: read_sysctl(name) for name in sysctls},
+            device_modes=device_modes(),
         )
 
     def save(self, path: Path) -> None:

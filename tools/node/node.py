@@ -227,6 +227,19 @@ def _ensure_bridge() -> None:
     _sh("ip", "link", "set", cfg.BRIDGE, "up")
 
 
+def _share_mounts(paths: cfg.NodePaths) -> None:
+    """Make the folders virt-handler mounts Bidirectional shared mounts of their own (a bind onto itself, then
+    rshared), so mount propagation works without changing the host's root mount; node-down unmounts them
+    with everything else under the node's folders."""
+    for folder in paths.shared_mounts:
+        folder.mkdir(parents=True, exist_ok=True)
+        if str(folder.resolve()) not in host_baseline.mounts_under(folder):
+            _sh("mount", "--bind", str(folder), str(folder))
+        _sh("mount", "--make-rshared", str(folder))
+    for folder in paths.kubevirt_host_dirs.values():
+        folder.mkdir(parents=True, exist_ok=True)
+
+
 def _isolate_pods() -> None:
     """Belt and braces for 'no route off the machine': drop anything forwarded between the pod bridge and any
     other interface, in mangle (before every filter-table ACCEPT that kube-proxy or kube-router may add)."""
@@ -585,6 +598,7 @@ def up(state_dir: Path, *, tie_to_parent: bool = False) -> tuple[controlplane.Co
             stage("isolation", _isolate_pods)
             plane = stage("control plane", lambda: _ensure_plane(state_dir, tie_to_parent))
             stage("configs", lambda: _write_runtime_configs(paths, registry, refs["pause"]))
+            stage("shared mounts", lambda: _share_mounts(paths))
             stage("containerd", lambda: _start_containerd(paths, records, tie_to_parent))
             stage("kubelet", lambda: _start_kubelet(paths, plane, records, bins, tie_to_parent))
             stage(
@@ -698,6 +712,7 @@ def _down_locked(state_dir: Path, *, stop_plane: bool) -> list[str]:
         removed += host_baseline.remove_new_ipsets(baseline)
         removed += host_baseline.remove_new_kubepods(baseline)
         removed += host_baseline.remove_new_shim_sockets(baseline)
+        removed += host_baseline.restore_device_modes(baseline)
         for name, value in baseline.sysctls.items():
             with contextlib.suppress(OSError):
                 host_baseline.write_sysctl(name, value)

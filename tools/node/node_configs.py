@@ -111,6 +111,26 @@ class NodePaths:
     def log_dir(self) -> Path:
         return self.state_dir / "logs"
 
+    @property
+    def kubevirt_host_dirs(self) -> dict[str, Path]:
+        """Where virt-handler's host folders live on this node, by the path KubeVirt gives them: under the
+        node's own folders instead of /var/run and /var/lib, so node-down unmounts and removes them with the
+        rest (tools/kubevirt/kubevirt_install.py points the DaemonSet's hostPath volumes here)."""
+        return {
+            "/var/run/kubevirt": self.run_dir / "kubevirt",
+            "/var/run/kubevirt-private": self.run_dir / "kubevirt-private",
+            "/var/run/kubevirt-libvirt-runtimes": self.run_dir / "kubevirt-runtimes",
+            "/var/lib/kubevirt-node-labeller": self.node_dir / "kubevirt-node-labeller",
+            "/var/lib/kubelet": self.kubelet_root,
+            "/var/lib/kubelet/pods": self.kubelet_root / "pods",
+        }
+
+    @property
+    def shared_mounts(self) -> tuple[Path, ...]:
+        """Folders made shared mounts before the kubelet starts: virt-handler mounts them Bidirectional, and
+        containerd refuses that under a private mount (this host's root is private)."""
+        return (self.kubelet_root, self.run_dir / "kubevirt")
+
 
 def containerd_config(paths: NodePaths, sandbox_image: str) -> str:
     """containerd 1.6 (config version 2) with its own root, state and socket, so it never meets the host's.

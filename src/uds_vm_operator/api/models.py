@@ -700,6 +700,14 @@ class UDSVirtualMachineSpec(ApiModel):
     live_migration: bool = False
     allow_live_migrate_if_possible: bool = False
     firmware: Firmware | None = None
+    readiness: Literal["guestAgent", "domain"] | None = Field(
+        default=None,
+        description=(
+            "What Ready means. guestAgent (default for linux): KubeVirt's guestAgentPing readiness probe, so "
+            "the VM is Ready only once the guest's QEMU agent answers (the guest booted to userspace). "
+            "domain (default for windows): Ready once KubeVirt runs the domain, whatever the guest does."
+        ),
+    )
     image_record: ObjectName | None = Field(
         default=None, description="ConfigMap written by `uds-vmctl prep` holding the sealed image record."
     )
@@ -721,6 +729,14 @@ class UDSVirtualMachineSpec(ApiModel):
     def declared_checksum(self) -> str | None:
         """The digest the user declared for the root image, or None."""
         return self.source.checksum
+
+    @property
+    def effective_readiness(self) -> str:
+        """``readiness``, or the default for the OS: Linux guests built for us carry the QEMU agent, so their
+        Ready can mean "the guest is up"; a Windows guest may lack it until drivers are installed."""
+        if self.readiness is not None:
+            return self.readiness
+        return "guestAgent" if self.os == "linux" else "domain"
 
 
 # ------------------------------------------------------------------------------------------------ status

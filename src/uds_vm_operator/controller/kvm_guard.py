@@ -11,7 +11,9 @@ Rules (pure; the controller lists nodes and KubeVirt CRs):
 - Zero schedulable nodes means *unknown*, not "no KVM": a bare control plane (tests, a cluster being
   built, or an operator whose RBAC cannot list nodes) has no nodes to judge, and flagging every VM there
   would be noise that other checks and tests would have to work around.
-- Emulation enabled by an admin is recorded (condition False, reason ``SoftwareEmulation``) but does not
+- Emulation enabled by an admin is recorded on every VM (condition False, reason ``SoftwareEmulation``, a
+  Warning Event on the transition) whatever the nodes offer: with ``useEmulation`` KubeVirt requests no KVM
+  device for any launcher pod, so every guest runs under software emulation even on KVM nodes. It does not
   block Ready, because it is an explicit, visible decision.
 """
 
@@ -91,7 +93,22 @@ def kvm_verdict(nodes: Iterable[Mapping[str, Any]], kubevirts: Iterable[Mapping[
 
 
 def kvm_condition(verdict: KvmVerdict) -> Condition | None:
-    """The ``KVMAvailable`` condition, or None when nothing is known (zero schedulable nodes)."""
+    """The ``KVMAvailable`` condition, or None when nothing is known (no emulation setting and zero
+    schedulable nodes)."""
+    if verdict.emulation_by is not None:
+        nodes = (
+            f"{verdict.kvm_nodes} of {verdict.schedulable_nodes} schedulable nodes advertise {KVM_RESOURCE}, "
+            "but "
+            if verdict.kvm_nodes
+            else f"No schedulable node advertises {KVM_RESOURCE}; "
+        )
+        return Condition(
+            "False",
+            EMULATION_REASON,
+            f"{nodes}KubeVirt CR {verdict.emulation_by} sets "
+            "spec.configuration.developerConfiguration.useEmulation: true, so KubeVirt requests no KVM device "
+            "and this VM runs in slow software emulation (QEMU TCG). Remove that setting on KVM-capable nodes.",
+        )
     if not verdict.known:
         return None
     if verdict.kvm_nodes:
@@ -99,13 +116,6 @@ def kvm_condition(verdict: KvmVerdict) -> Condition | None:
             "True",
             "KVMNodesAvailable",
             f"{verdict.kvm_nodes} of {verdict.schedulable_nodes} schedulable nodes advertise {KVM_RESOURCE}.",
-        )
-    if verdict.emulation_by is not None:
-        return Condition(
-            "False",
-            EMULATION_REASON,
-            f"No schedulable node advertises {KVM_RESOURCE}; KubeVirt CR {verdict.emulation_by} sets "
-            "developerConfiguration.useEmulation: true, so this VM runs in slow software emulation.",
         )
     return Condition(
         "False",

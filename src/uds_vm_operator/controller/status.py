@@ -238,14 +238,14 @@ def _workload_phase(obs: Observation) -> str:
     stoppable = obs.run_strategy in STOPPABLE_RUN_STRATEGIES
     if stoppable and printable in (None, "", "Stopped") and not vm_status.get("ready"):
         return "Stopped"
-    if vm_status.get("ready") is True or printable == "Running":
+    if vm_status.get("ready") is True:  # KubeVirt's VMI Ready: the guest agent answers (guestAgent readiness)
         return "Ready"
     return "Provisioning"
 
 
 def _ready(obs: Observation, phase: str, disk: Condition, checksum: Condition) -> Condition:
     if phase == "Ready":
-        return Condition("True", "VirtualMachineRunning", "The VM is running.")
+        return Condition("True", "VirtualMachineRunning", "The VM is running and KubeVirt reports it Ready.")
     if phase == "Stopped":
         return Condition("False", "Stopped", f"The VM is stopped (runStrategy {obs.run_strategy}).")
     if phase == "Verifying":

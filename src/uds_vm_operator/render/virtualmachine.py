@@ -194,6 +194,18 @@ def _disks_and_volumes(
     return disks, volumes
 
 
+GUEST_AGENT_READINESS: dict[str, Any] = {
+    "guestAgentPing": {},
+    "initialDelaySeconds": 5,
+    "periodSeconds": 5,
+    "timeoutSeconds": 5,
+    "failureThreshold": 3,
+}
+"""KubeVirt's readiness probe that pings the guest's QEMU agent (through virt-probe in the launcher pod):
+the VMI, and so the VirtualMachine's ``status.ready``, turns Ready only when the guest answers, i.e. it
+booted to userspace. A guest whose boot is broken never becomes Ready, and a pool roll waits for it."""
+
+
 def render_virtual_machine(
     owner: Owner, spec: UDSVirtualMachineSpec, facts: ClusterFacts, *, run_strategy: str | None = None
 ) -> dict[str, Any]:
@@ -240,14 +252,17 @@ def render_virtual_machine(
     if resources is not None and resources.preference is not None:
         vm_spec["preference"] = {"name": resources.preference}
 
+    template_spec: dict[str, Any] = {
+        "domain": domain,
+        "evictionStrategy": eviction_strategy(spec),
+        "networks": [{"name": POD_NETWORK, "pod": {}}],
+        "volumes": volumes,
+    }
+    if spec.effective_readiness == "guestAgent":
+        template_spec["readinessProbe"] = dict(GUEST_AGENT_READINESS)
     vm_spec["template"] = {
         "metadata": {"labels": {**dict(owner.pod_labels), **MANAGED_BY_LABEL, VM_LABEL: owner.name}},
-        "spec": {
-            "domain": domain,
-            "evictionStrategy": eviction_strategy(spec),
-            "networks": [{"name": POD_NETWORK, "pod": {}}],
-            "volumes": volumes,
-        },
+        "spec": template_spec,
     }
     return {
         "apiVersion": KUBEVIRT_API_VERSION,
