@@ -1,26 +1,26 @@
-"""The real KubeVirt v1.8.4 (virt-api with its webhooks and subresources API, virt-controller) on the node.
+"""The whole KubeVirt v1.8.4 on the node: virt-api, virt-controller, virt-handler and virt-launcher.
 
 Installed once per session by tools/kubevirt (images pushed into the node's registry, then virt-operator's
-install strategy applied; ADR 0008). Admission answers come from virt-api, VMIs and virt-launcher pods from
-virt-controller, and the launcher pods run on the node.
+install strategy applied; ADR 0008, ADR 0015). Admission answers come from virt-api, VMIs and virt-launcher
+pods from virt-controller; virt-handler labels the node, registers its device plugins and starts each VMI's
+domain in its launcher pod, where libvirt runs QEMU under software emulation (the KubeVirt CR enables it
+explicitly) and the guest really boots. Nothing of KubeVirt is played here.
 
-Played here, and only here, is the part of KubeVirt that cannot run on these machines (ADR 0008): virt-handler
-(it needs a virt-launcher of its own version, and v1.8.4's does not build). `advertise_node_for_launchers`
-writes what its node labeller and tun device plugin would report, so the scheduler places launcher pods;
-their image is the stand-in of tools/kubevirt/launcher-stand-in (no guest). `play_handler_running` writes
-the one VMI field virt-handler writes once its guest runs (`status.phase: Running`), under virt-handler's own
-service account, since virt-api's mutating webhook keeps any other user from changing a VMI's status. Also
-played: CDI's import (`play_cdi_import`), for tests whose subject is KubeVirt.
+Played, for tests whose subject is KubeVirt and not CDI: CDI's import (`play_cdi_import`), which puts the
+project's Debian guest image where CDI would (disk.img on the claim's volume). The real-CDI tier
+(tests/node/cdi) boots a disk that real CDI imported and our verifier checked.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import kubevirt_install
 import pytest
+import volumes
 from node_cluster import NodeHandle, wait_until
 
 from pinned_versions import pinned_versions
@@ -29,14 +29,6 @@ from uds_vm_operator.api.quantity import parse_bytes
 ROOT = Path(__file__).resolve().parents[2]
 VM_API = "/apis/kubevirt.io/v1"
 DV_API = "/apis/cdi.kubevirt.io/v1beta1"
-HANDLER_IDENTITY = {
-    "Impersonate-User": "system:serviceaccount:kubevirt:kubevirt-handler",
-    "Impersonate-Group": "system:serviceaccounts",
-}
-"""virt-handler's service account (virt-operator's install strategy made it and its RBAC)."""
-LAUNCHER_NODE_LABELS = {"kubevirt.io/schedulable": "true", "machine-type.node.kubevirt.io/q35": "true"}
-"""The labels a launcher pod's nodeSelector asks for that virt-handler's node labeller writes (measured)."""
-TUN_DEVICE = "devices.kubevirt.io/tun"
 SHA = "sha256:" + "a" * 64
 
 
@@ -56,7 +48,6 @@ def kubevirt_fixture(node: NodeHandle) -> NodeHandle:
     except kubevirt_install.InstallError as error:
         pytest.fail(f"KubeVirt could not be installed on the node: {error}", pytrace=False)
     print(f"KubeVirt up: {timings}")
-    advertise_node_for_launchers(node)
     return node
 
 
@@ -79,40 +70,26 @@ def udsvm(namespace: str, name: str = "web", **spec: Any) -> dict[str, Any]:
     }
 
 
-def advertise_node_for_launchers(node: NodeHandle) -> None:
-    """Play virt-handler's node side: the labels of its node labeller and the capacity its tun device plugin
-    registers (the launcher pod requests one `devices.kubevirt.io/tun`; with `useEmulation` no KVM device).
-    Extended capacity written to a node's status stays there: the kubelet only adds its own resources."""
-    for item in node.api.items("/api/v1/nodes"):
-        name = item["metadata"]["name"]
-        node.api.merge(f"/api/v1/nodes/{name}", {"metadata": {"labels": LAUNCHER_NODE_LABELS}})
-        node.api.merge(f"/api/v1/nodes/{name}/status", {"status": {"capacity": {TUN_DEVICE: "1k"}}})
-
-
-def play_handler_running(node: NodeHandle, namespace: str, name: str) -> bool:
-    """What virt-handler writes once the guest of a scheduled VMI runs: `status.phase: Running`, as
-    virt-handler's service account. Returns False if the VMI is gone (a member being replaced)."""
-    code, _ = node.api.call(
-        "PATCH",
-        vmi_path(namespace, name),
-        {"status": {"phase": "Running"}},
-        content_type="application/merge-patch+json",
-        expect=(200, 404),
-        headers=HANDLER_IDENTITY,
-    )
-    return code == 200
-
-
-def play_cdi_import(node: NodeHandle, namespace: str, dv_name: str) -> None:
+def play_cdi_import(node: NodeHandle, namespace: str, dv_name: str, image: Path | None = None) -> None:
     """What CDI's HTTP import leaves: the PVC named after the DataVolume and owned by it, bound to a real
-    node volume, and the DataVolume Succeeded (CDI checked the declared sha256 on the way)."""
+    node volume holding ``image`` (a raw disk) as disk.img owned by the qemu user, and the DataVolume
+    Succeeded (CDI checked the declared sha256 on the way). Without ``image`` the volume holds no disk.img:
+    KubeVirt then makes an empty one, and the guest finds nothing to boot."""
     dv = wait_until(
         f"DataVolume {dv_name}",
         lambda: node.api.get(f"{DV_API}/namespaces/{namespace}/datavolumes/{dv_name}"),
     )
     storage = dv["spec"].get("storage") or dv["spec"].get("pvc") or {}
     size = parse_bytes(storage["resources"]["requests"]["storage"], field="storage")
-    node.volume(size, "Filesystem", "ext4", claim=(namespace, dv_name))
+    content = image.stat().st_size if image is not None else 0
+    volume = node.volume(
+        volumes.filesystem_size_for(content, size), "Filesystem", "ext4", claim=(namespace, dv_name)
+    )
+    if image is not None:
+        assert volume.mount_point is not None
+        target = volume.mount_point / "disk.img"
+        subprocess.run(["cp", "--sparse=always", str(image), str(target)], check=True, timeout=300)
+        os.chown(target, 107, 107)
     owner = {
         "apiVersion": "cdi.kubevirt.io/v1beta1",
         "kind": "DataVolume",

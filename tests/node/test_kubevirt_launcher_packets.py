@@ -1,18 +1,18 @@
-"""Zero trust on the real virt-launcher pod, by packets; and a pool rolling through real VMIs (issue 16, 4-5).
+"""Zero trust on a guest the real KubeVirt booted, by packets; and a pool rolling through booted guests.
 
-Real: the operator (a host process), virt-api and virt-controller v1.8.4 (they make the VMIs and the
-launcher pods), the node that runs those pods, and kube-router enforcing the operator's NetworkPolicy on
-them. Played (kubevirt_node, ADR 0008): CDI's import; virt-handler's node labels, tun capacity and the VMI
-phase `Running` (under its own service account); and the launcher's process, a stand-in that listens on TCP
-2222 and 8080 on the pod's address where a masquerade-bound guest would, because v1.8.4's virt-launcher
-does not build here. So what is proven is the network path to the pod virt-controller made, and what the
-operator and virt-controller do with VMIs that run; no guest boots.
+Real: the operator (a host process), the whole KubeVirt v1.8.4 (virt-api and virt-controller make the VMIs and
+the launcher pods, virt-handler starts each domain, the project's Debian guest boots under software emulation
+in the launcher pod), the node that runs those pods, and kube-router enforcing the operator's NetworkPolicy on
+them. Played (kubevirt_node): only CDI's import, which puts the guest image on a real node volume. So the
+packets reach, and leave from, the guest itself: sshd in the guest answers the allowed admin, a listener the
+test starts in the guest is refused to that same admin on a port the policy does not name, and the guest's own
+connections reach only the database port it was given and DNS.
 
 The pool's members' launcher pods carry the pool label, and a policy of the user's on another pod that
 admits only `uds.dev/pool: web` lets them through while it refuses a pod without the label.
 
 Every "blocked" is held against an "allowed" to the same listener (and the listener is first reached from
-inside the pod), so a policy engine that blocked everything, or a stand-in that listened on nothing, fails.
+inside the guest), so a policy engine that blocked everything, or a guest that listened on nothing, fails.
 """
 
 from __future__ import annotations
@@ -25,13 +25,22 @@ from typing import Any
 import node_configs as cfg
 import probes
 import pytest
+from kubevirt_guest import (
+    GUEST_USER,
+    GuestKeys,
+    booted_cloud_init,
+    build_guest_image,
+    guest_tcp,
+    make_keys,
+    ssh,
+    wait_for_login,
+)
 from kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the session fixture)
     DV_API,
     isolation,
     kubevirt_fixture,
     launcher_pods,
     play_cdi_import,
-    play_handler_running,
     the_launcher_pod,
     udsvm,
     udsvm_spec,
@@ -50,9 +59,27 @@ UDS_VM_API = "/apis/uds.dev/v1alpha1"
 NETWORK = {
     "allow": [
         {"direction": "Egress", "podSelector": {"matchLabels": {"app": "db"}}, "ports": [{"port": 5432}]},
-        {"direction": "Ingress", "podSelector": {"matchLabels": {"app": "admin"}}, "ports": [{"port": 2222}]},
+        {"direction": "Ingress", "podSelector": {"matchLabels": {"app": "admin"}}, "ports": [{"port": 22}]},
     ]
 }
+GUEST_DISK = {"virtualSize": 2 * 1024**3, "storageClassName": "udsvm-local"}
+UNLISTED_PORT = 8080
+"""A port the test opens inside the guest and the policy does not name."""
+
+
+@pytest.fixture(scope="module")
+def guest_image() -> Path:
+    return build_guest_image()
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> GuestKeys:
+    return make_keys(tmp_path_factory.mktemp("keys"))
+
+
+def booted_spec(keys: GuestKeys) -> dict[str, Any]:
+    """A UDSVirtualMachine spec whose guest boots: the guest image's size, the declared user, NETWORK."""
+    return {**udsvm_spec(), "disk": GUEST_DISK, "network": NETWORK, "cloudInit": booted_cloud_init(keys)}
 
 
 @pytest.fixture
@@ -87,62 +114,67 @@ def peers(kubevirt: NodeHandle, ns: str) -> Iterator[Peers]:
         node.delete_namespace(other_ns)
 
 
-def running_launcher(node: NodeHandle, namespace: str, vm_name: str) -> dict[str, Any]:
-    """The VM's launcher pod once it runs on the node (stand-in process, real pod)."""
+def booted_launcher(
+    node: NodeHandle, namespace: str, vm_name: str, admin: int, keys: GuestKeys
+) -> dict[str, Any]:
+    """The VM's launcher pod once its guest booted and the declared user logs in (from the admin)."""
     pod = the_launcher_pod(node, namespace, vm_name)
-    return node.wait_running(namespace, pod["metadata"]["name"])
+    pod = node.wait_running(namespace, pod["metadata"]["name"], 900)
+    wait_for_login(admin, pod["status"]["podIP"], keys.ops)
+    return pod
 
 
-def assert_isolated(node: NodeHandle, pod: dict[str, Any], peers: Peers) -> None:
-    """The policy of NETWORK, by packets, on a running launcher pod."""
-    pid, ip = node.container_pid(pod), pod["status"]["podIP"]
-    assert probes.tcp(pid, "127.0.0.1", 8080) == "connected", "the stand-in listens on 8080 (from inside)"
-    wait_until(
-        "the allowed admin to reach the VM on 2222",
-        lambda: probes.tcp(peers.admin, ip, 2222) == "connected",
-        45,
-        0.5,
-    )
-    assert probes.tcp_blocked(peers.admin, ip, 8080), "the allowed peer on a port it was not given"
-    assert probes.tcp_blocked(peers.stranger, ip, 2222), (
+def assert_isolated(node: NodeHandle, pod: dict[str, Any], peers: Peers, keys: GuestKeys) -> None:
+    """The policy of NETWORK, by packets to and from the booted guest of a launcher pod."""
+    ip = pod["status"]["podIP"]
+    listen = f"nohup python3 -m http.server {UNLISTED_PORT} >/dev/null 2>&1 & sleep 1; echo started"
+    assert ssh(peers.admin, ip, GUEST_USER, keys.ops, listen).returncode == 0
+    inside = guest_tcp(peers.admin, ip, keys.ops, "127.0.0.1", UNLISTED_PORT)
+    assert inside == "connected", f"the guest listens on {UNLISTED_PORT} (from inside)"
+    assert probes.tcp(peers.admin, ip, 22) == "connected", "the allowed admin reaches the guest's sshd"
+    assert probes.tcp_blocked(peers.admin, ip, UNLISTED_PORT), "the allowed peer on a port it was not given"
+    assert probes.tcp_blocked(peers.stranger, ip, 22), (
         "a pod of the VM's own namespace the policy does not name"
     )
-    assert probes.tcp_blocked(peers.outsider, ip, 2222), "ingress from another namespace"
-    assert probes.tcp(pid, peers.db_ip, 5432) == "connected", "egress to the allowed peer and port"
-    assert probes.tcp_blocked(pid, peers.db_ip, 8080), "egress to the allowed peer on another port"
-    assert probes.tcp_blocked(pid, "10.0.0.1", 443), "egress to the API server"
-    for protocol in ("udp", "tcp"):
-        answer = probes.dns(pid, "kube-dns.kube-system.svc.cluster.local", cfg.CLUSTER_DNS_IP, protocol)
-        assert answer.get("addresses") == [cfg.CLUSTER_DNS_IP], f"DNS over {protocol} stays open: {answer}"
+    assert probes.tcp_blocked(peers.outsider, ip, 22), "ingress from another namespace"
+    assert guest_tcp(peers.admin, ip, keys.ops, peers.db_ip, 5432) == "connected", (
+        "guest egress to the db port"
+    )
+    assert guest_tcp(peers.admin, ip, keys.ops, peers.db_ip, 8080) == "failed", (
+        "guest egress to another db port"
+    )
+    assert guest_tcp(peers.admin, ip, keys.ops, "10.0.0.1", 443) == "failed", "guest egress to the API server"
+    dns = ssh(peers.admin, ip, GUEST_USER, keys.ops, "getent hosts kube-dns.kube-system.svc.cluster.local")
+    assert dns.returncode == 0 and dns.stdout.split()[0] == cfg.CLUSTER_DNS_IP, f"DNS stays open: {dns}"
 
 
-def test_the_real_launcher_pod_gets_only_the_traffic_its_policy_allows(
-    kubevirt: NodeHandle, operator: OperatorProcess, ns: str, peers: Peers
+def test_the_booted_guest_gets_only_the_traffic_its_policy_allows(  # noqa: PLR0917 (fixtures)
+    kubevirt: NodeHandle, operator: OperatorProcess, ns: str, peers: Peers, guest_image: Path, keys: GuestKeys
 ) -> None:
     node = kubevirt
-    node.api.create(udsvm(ns, network=NETWORK), f"{UDS_VM_API}/namespaces/{ns}/udsvirtualmachines")
-    play_cdi_import(node, ns, "web-dv")
-    pod = running_launcher(node, ns, "web")
+    body = udsvm(ns)
+    body["spec"] = booted_spec(keys)
+    node.api.create(body, f"{UDS_VM_API}/namespaces/{ns}/udsvirtualmachines")
+    play_cdi_import(node, ns, "web-dv", guest_image)
+    pod = booted_launcher(node, ns, "web", peers.admin, keys)
     assert pod["metadata"]["ownerReferences"][0]["kind"] == "VirtualMachineInstance"  # virt-controller's pod
     assert isolation(node, ns, "web")[0::2] == ("True", True)  # (NetworkIsolated, zeroTrust)
-    assert_isolated(node, pod, peers)
+    assert_isolated(node, pod, peers, keys)
 
 
 class Players(BackgroundLoop):
-    """Plays CDI and virt-handler for every member of the namespace, until the `with` block ends.
+    """Plays CDI for every member of the namespace, until the `with` block ends: each DataVolume is imported
+    once (the guest image on a new node volume). KubeVirt is real: the members' guests boot. Its own API
+    client: the test's client stays on the test's thread."""
 
-    One DataVolume is imported once (its PVC on a new node volume); a VMI virt-controller has scheduled (its
-    launcher pod runs) is reported Running. Its own API client: the test's client stays on the test's thread.
-    """
+    name = "play-cdi"
 
-    name = "play-cdi-and-handler"
-
-    def __init__(self, node: NodeHandle, namespace: str) -> None:
+    def __init__(self, node: NodeHandle, namespace: str, image: Path) -> None:
         super().__init__()
         self._node = dataclasses.replace(node, api=Api(node.kubeconfig))
         self._namespace = namespace
+        self._image = image
         self._imported: set[str] = set()
-        self.running: list[str] = []
 
     def thread_ended(self) -> None:
         self._node.api.close()
@@ -153,19 +185,14 @@ class Players(BackgroundLoop):
             uid = dv["metadata"]["uid"]
             if uid not in self._imported and "deletionTimestamp" not in dv["metadata"]:
                 self._imported.add(uid)
-                play_cdi_import(node, namespace, dv["metadata"]["name"])
-        for vmi in node.api.items(f"/apis/kubevirt.io/v1/namespaces/{namespace}/virtualmachineinstances"):
-            name, meta = vmi["metadata"]["name"], vmi["metadata"]
-            scheduled = (vmi.get("status") or {}).get("phase") == "Scheduled"
-            if scheduled and "deletionTimestamp" not in meta and play_handler_running(node, namespace, name):
-                self.running.append(name)
+                play_cdi_import(node, namespace, dv["metadata"]["name"], self._image)
 
 
 POOL = "web"
 REPLICAS = 2
 
 
-def pool(namespace: str) -> dict[str, Any]:
+def pool(namespace: str, keys: GuestKeys) -> dict[str, Any]:
     return {
         "apiVersion": "uds.dev/v1alpha1",
         "kind": "UDSVirtualMachinePool",
@@ -174,7 +201,7 @@ def pool(namespace: str) -> dict[str, Any]:
             "replicas": REPLICAS,
             "template": {
                 "metadata": {"labels": {"app": "web"}},
-                "spec": {**udsvm_spec(), "network": NETWORK},
+                "spec": booted_spec(keys),
             },
             "strategy": {"rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "progressDeadlineSeconds": 300,
@@ -215,13 +242,15 @@ def running_vmis(node: NodeHandle, namespace: str) -> dict[str, str]:
     return out
 
 
-def test_a_pool_rolls_through_real_vmis_and_its_members_stay_isolated(
-    kubevirt: NodeHandle, operator: OperatorProcess, ns: str, peers: Peers
+def test_a_pool_rolls_through_booted_guests_and_its_members_stay_isolated(  # noqa: PLR0917 (fixtures)
+    kubevirt: NodeHandle, operator: OperatorProcess, ns: str, peers: Peers, guest_image: Path, keys: GuestKeys
 ) -> None:
+    """Ready means the guest answers its agent: the roll surges a member, waits for its guest to boot, then
+    replaces an old one; the Ready floor holds with real boots."""
     node = kubevirt
-    with Players(node, ns) as players:
-        node.api.create(pool(ns), pool_path(ns))
-        first = waited(node, ns, "the pool rolled out", lambda: rolled_out(node, ns), 300)
+    with Players(node, ns, guest_image):
+        node.api.create(pool(ns, keys), pool_path(ns))
+        first = waited(node, ns, "the pool rolled out", lambda: rolled_out(node, ns), 1200)
         before = waited(
             node,
             ns,
@@ -238,7 +267,7 @@ def test_a_pool_rolls_through_real_vmis_and_its_members_stay_isolated(
             ns,
             "the pool rolled to the new image",
             lambda: (r := rolled_out(node, ns)) != first and r,
-            420,
+            1500,
         )
         watcher.stop()
         after = waited(
@@ -252,7 +281,6 @@ def test_a_pool_rolls_through_real_vmis_and_its_members_stay_isolated(
     assert watcher.min_ready >= REPLICAS, watcher.ready_counts  # maxUnavailable 0, with real VMIs
     assert watcher.max_members <= REPLICAS + 1, watcher.member_counts  # maxSurge 1
     assert not set(before.values()) & set(after.values()), "every member's VMI was replaced"
-    assert len(players.running) >= 2 * REPLICAS + 1, players.running  # the surge member ran too
     for member in after:
         vm = node.api.get(vm_path(ns, member)) or {}
         assert (vm.get("status") or {}).get("printableStatus") == "Running", vm.get("status")
@@ -261,12 +289,12 @@ def test_a_pool_rolls_through_real_vmis_and_its_members_stay_isolated(
         assert dv["spec"]["source"]["http"]["url"].endswith("web-v2.qcow2"), dv.get("spec")
         pods = launcher_pods(node, ns, member)
         assert len(pods) == 1 and pods[0]["metadata"]["uid"] not in old_pods, pods
-        pod = node.wait_running(ns, pods[0]["metadata"]["name"])
+        pod = booted_launcher(node, ns, member, peers.admin, keys)
         labels = pod["metadata"]["labels"]
         # The pool's and its template's labels reach the pod, so a policy elsewhere can select the pool.
         assert (labels.get("app"), labels.get(POOL_LABEL)) == ("web", POOL), labels
-        assert_isolated(node, pod, peers)
-    assert_a_policy_elsewhere_selects_the_pool(node, ns, peers, list(after))
+        assert_isolated(node, pod, peers, keys)
+    assert_a_policy_elsewhere_selects_the_pool(node, ns, peers, list(after), keys)
 
 
 def db_admits_only_the_pool(namespace: str) -> dict[str, Any]:
@@ -289,7 +317,7 @@ def db_admits_only_the_pool(namespace: str) -> dict[str, Any]:
 
 
 def assert_a_policy_elsewhere_selects_the_pool(
-    node: NodeHandle, namespace: str, peers: Peers, members: list[str]
+    node: NodeHandle, namespace: str, peers: Peers, members: list[str], keys: GuestKeys
 ) -> None:
     """The pool label on the real launcher pods is what a policy of the user's can select them by: once the
     database admits only the pool, every member still reaches it and the admin (no pool label) no longer."""
@@ -305,5 +333,6 @@ def assert_a_policy_elsewhere_selects_the_pool(
         0.5,
     )
     for member in members:
-        pid = node.container_pid(the_launcher_pod(node, namespace, member))
-        assert probes.tcp(pid, peers.db_ip, 5432) == "connected", f"{member}, selected by {POOL_LABEL}"
+        ip = the_launcher_pod(node, namespace, member)["status"]["podIP"]
+        outcome = guest_tcp(peers.admin, ip, keys.ops, peers.db_ip, 5432)
+        assert outcome == "connected", f"{member}'s guest, selected by {POOL_LABEL}"

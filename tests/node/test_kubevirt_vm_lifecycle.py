@@ -1,31 +1,30 @@
-"""What a UDSVirtualMachine becomes with the real virt-controller v1.8.4 and virt-api v1.8.4 (issue 16, 4-5).
+"""What a UDSVirtualMachine becomes under the whole real KubeVirt v1.8.4 (issues 16 and 30).
 
-The operator runs as a host process; KubeVirt's part is real: virt-controller writes the VM's status,
-creates the VMI and the virt-launcher pod, virt-api serves the restart subresource. Played: only CDI (the
-test creates the PVC an HTTP import would leave, on a real node volume, and reports the DataVolume
-Succeeded; CDI verified the declared sha256 on the way, so the operator releases the VM without its own
-verifier pod), and virt-handler's node labels and tun capacity, so the launcher pod is scheduled and runs
-the stand-in launcher image (kubevirt_node, ADR 0008: no guest boots in it). The NetworkPolicy is asserted
-on the real launcher pod through the API server's own label selection here, and with packets in
-test_kubevirt_launcher_packets.
+The operator runs as a host process; KubeVirt is real end to end: virt-controller writes the VM's status and
+makes the VMI and the virt-launcher pod, virt-handler starts the domain in it and reports the VMI Running,
+libvirt runs QEMU under software emulation and the guest boots; virt-api serves the restart subresource.
+Played: only CDI (the test puts the project's Debian guest image on a real node volume as CDI's import would
+leave it, and reports the DataVolume Succeeded; CDI verified the declared sha256 on the way, so the operator
+releases the VM without its own verifier pod). Real CDI with our verifier is booted in tests/node/cdi.
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubevirt_guest import GuestKeys, boot_id, booted_cloud_init, build_guest_image, make_keys, wait_for_login
 from kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the session fixture)
     component_logs,
     isolation,
     kubevirt_fixture,
     launcher_pods,
     play_cdi_import,
-    play_handler_running,
     the_launcher_pod,
     udsvm,
     vm_path,
@@ -37,6 +36,25 @@ from node_cluster import NodeHandle, running_operator, wait_until
 from integration.operator_harness import OperatorProcess
 
 UDS_VM_API = "/apis/uds.dev/v1alpha1"
+
+
+GUEST_DISK = {"virtualSize": 2 * 1024**3, "storageClassName": "udsvm-local"}
+"""The guest image's virtual size (tools/guest/build-image.sh makes a 2 GiB raw disk)."""
+SSH_FROM_ADMIN = {
+    "allow": [
+        {"direction": "Ingress", "podSelector": {"matchLabels": {"app": "admin"}}, "ports": [{"port": 22}]}
+    ]
+}
+
+
+@pytest.fixture(scope="module")
+def guest_image() -> Path:
+    return build_guest_image()
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory: pytest.TempPathFactory) -> GuestKeys:
+    return make_keys(tmp_path_factory.mktemp("keys"))
 
 
 @pytest.fixture
@@ -90,7 +108,7 @@ def test_a_vm_is_halted_until_verified_then_becomes_a_vmi_and_a_launcher_pod(
     assert node.api.get(vmi_path(ns, "web")) is None
     assert launcher_pods(node, ns, "web") == []
 
-    play_cdi_import(node, ns, "web-dv")
+    play_cdi_import(node, ns, "web-dv")  # a volume without disk.img: KubeVirt makes an empty disk
     wait_until(
         "the operator to release the verified VM",
         lambda: (node.api.get(vm_path(ns, "web")) or {}).get("spec", {}).get("runStrategy") == "Always",
@@ -128,6 +146,37 @@ def test_a_vm_is_halted_until_verified_then_becomes_a_vmi_and_a_launcher_pod(
         lambda: isolation(node, ns) == ("True", "NetworkPolicyApplied", True),
         120,
     )
+    assert_a_broken_boot_is_never_ready(node, ns)
+
+
+def udsvm_ready(node: NodeHandle, namespace: str, name: str = "web") -> tuple[str, str]:
+    """(status, reason) of the UDSVirtualMachine's Ready condition."""
+    body = node.api.get(f"{UDS_VM_API}/namespaces/{namespace}/udsvirtualmachines/{name}") or {}
+    found = next((c for c in (body.get("status") or {}).get("conditions", []) if c["type"] == "Ready"), {})
+    return found.get("status", ""), found.get("reason", "")
+
+
+def assert_a_broken_boot_is_never_ready(node: NodeHandle, namespace: str) -> None:
+    """The disk holds nothing bootable: virt-handler really runs the domain (VMI Running), but no guest agent
+    ever answers KubeVirt's guestAgentPing probe, so neither KubeVirt nor the operator calls the VM Ready."""
+    waited(
+        node,
+        namespace,
+        "virt-handler to report the VMI Running",
+        lambda: (
+            ((node.api.get(vmi_path(namespace, "web")) or {}).get("status") or {}).get("phase") == "Running"
+        ),
+        300,
+    )
+    deadline = time.monotonic() + 60  # twelve probe periods after the domain runs
+    while time.monotonic() < deadline:
+        vm_status = (node.api.get(vm_path(namespace, "web")) or {}).get("status") or {}
+        assert vm_status.get("ready") is not True, vm_status
+        assert udsvm_ready(node, namespace)[0] == "False"
+        time.sleep(3)
+    vmi = node.api.get(vmi_path(namespace, "web")) or {}
+    conditions = {c["type"]: c["status"] for c in (vmi.get("status") or {}).get("conditions") or []}
+    assert conditions.get("Ready") == "False" and "AgentConnected" not in conditions, conditions
 
 
 def netpol(namespace: str) -> str:
@@ -163,39 +212,53 @@ def policy_selection(node: NodeHandle, namespace: str) -> list[str]:
 
 
 def running_vmi_uid(node: NodeHandle, namespace: str) -> str | None:
-    """The UID of the VM's VMI once it runs (its launcher pod runs and virt-handler's Running is played)."""
+    """The UID of the VM's VMI once virt-handler reports it Running (and it is not being deleted)."""
     vmi = node.api.get(vmi_path(namespace, "web"))
     if vmi is None or "deletionTimestamp" in vmi["metadata"]:
         return None
-    if (vmi.get("status") or {}).get("phase") == "Scheduled":
-        play_handler_running(node, namespace, "web")
-        return None
     return str(vmi["metadata"]["uid"]) if (vmi.get("status") or {}).get("phase") == "Running" else None
+
+
+def guest_boot(
+    node: NodeHandle, namespace: str, admin_pid: int, keys: GuestKeys, after: set[str]
+) -> tuple[str, str]:
+    """Wait for a VMI not in `after` to run and its guest to take an SSH login; return (VMI UID, boot id)."""
+    uid = waited(
+        node,
+        namespace,
+        "a new VMI Running",
+        lambda: (u := running_vmi_uid(node, namespace)) not in (None, *after) and u,
+        300,
+    )
+    pod = node.wait_running(namespace, the_launcher_pod(node, namespace, "web")["metadata"]["name"], 900)
+    ip = pod["status"]["podIP"]
+    wait_for_login(admin_pid, ip, keys.ops)
+    assert udsvm_ready(node, namespace) == ("True", "VirtualMachineRunning")
+    return str(uid), boot_id(admin_pid, ip, keys.ops)
 
 
 def test_power_restart_stop_start_through_the_real_kubevirt(
     kubevirt: NodeHandle,
     operator: OperatorProcess,
     ns: str,
+    guest_image: Path,
+    keys: GuestKeys,
 ) -> None:
-    """restart, stop and start as a user gives them, acted on by the real virt-api and virt-controller; the
-    VMI runs between them (its launcher pod runs the stand-in, virt-handler's Running is played)."""
+    """restart, stop and start as a user gives them, acted on by the real virt-api, virt-controller and
+    virt-handler: each start is a new boot of the guest, seen from inside it (a new kernel boot id)."""
     node = kubevirt
-    node.api.create(udsvm(ns), f"{UDS_VM_API}/namespaces/{ns}/udsvirtualmachines")
-    play_cdi_import(node, ns, "web-dv")
-    first = waited(node, ns, "the first VMI to run", lambda: running_vmi_uid(node, ns))
+    admin = node.container_pid(node.client_pod(ns, "admin", {"app": "admin"}))
+    spec = {"disk": GUEST_DISK, "network": SSH_FROM_ADMIN, "cloudInit": booted_cloud_init(keys)}
+    node.api.create(udsvm(ns, **spec), f"{UDS_VM_API}/namespaces/{ns}/udsvirtualmachines")
+    play_cdi_import(node, ns, "web-dv", guest_image)
+    first, first_boot = guest_boot(node, ns, admin, keys, set())
     vm_uid = node.api.get(vm_path(ns, "web"))["metadata"]["uid"]  # type: ignore[index]
 
     # restart: virt-api's restart subresource (through the aggregated API), not a delete of the VM: KubeVirt
-    # stops the VMI and makes a new one.
+    # stops the VMI and makes a new one, and the guest boots again.
     out = vmctl(node, "power", "restart", "web", "-n", ns)
     assert "restart requested" in out
-    second = waited(
-        node,
-        ns,
-        "KubeVirt's new VMI",
-        lambda: (uid := running_vmi_uid(node, ns)) not in (None, first) and uid,
-    )
+    second, second_boot = guest_boot(node, ns, admin, keys, {first})
     assert node.api.get(vm_path(ns, "web"))["metadata"]["uid"] == vm_uid  # type: ignore[index]
     assert [p["metadata"]["ownerReferences"][0]["uid"] for p in launcher_pods(node, ns, "web")] == [second]
 
@@ -212,6 +275,7 @@ def test_power_restart_stop_start_through_the_real_kubevirt(
         ns,
         "KubeVirt to stop the VMI and its pod",
         lambda: node.api.get(vmi_path(ns, "web")) is None and not launcher_pods(node, ns, "web"),
+        300,
     )
     waited(
         node,
@@ -219,8 +283,11 @@ def test_power_restart_stop_start_through_the_real_kubevirt(
         "virt-controller to report the VM Stopped",
         lambda: printable_status(node, ns, "web") == "Stopped",
     )
+    wait_until(
+        "the operator to report the VM stopped", lambda: udsvm_ready(node, ns) == ("False", "Stopped"), 120
+    )
 
     vmctl(node, "power", "start", "web", "-n", ns)
-    third = waited(node, ns, "the VMI to run again", lambda: running_vmi_uid(node, ns))
-    assert third not in (first, second)
+    _, third_boot = guest_boot(node, ns, admin, keys, {first, second})
     assert node.api.get(vm_path(ns, "web"))["metadata"]["uid"] == vm_uid  # type: ignore[index]
+    assert len({first_boot, second_boot, third_boot}) == 3, (first_boot, second_boot, third_boot)

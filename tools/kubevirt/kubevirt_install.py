@@ -263,13 +263,17 @@ def _daemonset_ready(client: Client, name: str) -> bool:
         "get", res=codecs.resource_registry.load("apps/v1", "DaemonSet"), name=name, namespace=NAMESPACE
     )
     status = raw.status
-    return bool(status and status.desiredNumberScheduled and status.numberReady == status.desiredNumberScheduled)
+    return bool(
+        status and status.desiredNumberScheduled and status.numberReady == status.desiredNumberScheduled
+    )
 
 
 def _node_schedulable(client: Client) -> bool:
     """virt-handler's node labeller has run: every node carries ``kubevirt.io/schedulable=true``."""
     nodes = list(client.list(codecs.resource_registry.load("v1", "Node")))
-    return bool(nodes) and all((n.metadata.labels or {}).get("kubevirt.io/schedulable") == "true" for n in nodes)
+    return bool(nodes) and all(
+        (n.metadata.labels or {}).get("kubevirt.io/schedulable") == "true" for n in nodes
+    )
 
 
 def _crds_established(client: Client, names: Sequence[str]) -> bool:
