@@ -85,7 +85,7 @@ TEST_JOBS ?= 3
 .PHONY: test-packages test-builds test-checks
 test-packages: system-deps node-deps guest-deps image-deps ## the Debian packages every test tier needs (one after another)
 
-test-builds: envtest-bins node-bins kubevirt-bins helm-bin zarf-schema zarf-bin guest-image cdi-images provenance-bins go-anchor ## every build the test tiers need (run in parallel by `make test`)
+test-builds: envtest-bins node-bins kubevirt-images helm-bin zarf-schema zarf-bin guest-image cdi-images provenance-bins go-anchor ## every build the test tiers need (run in parallel by `make test`)
 
 test-checks: lint crds-check deploy-check compliance-check lock-check test-floors ## static checks and generated-file drift
 
@@ -114,7 +114,7 @@ test-images: install system-deps ## image tier only (needs qemu-img)
 test-integration: install envtest-bins ## integration tier only (real control plane)
 	$(PY) -m pytest -q tests/integration
 
-test-node: install node-deps node-bins kubevirt-bins helm-bin zarf-bin ## real-node tier only (kubelet, containerd, CNI, policies, the operator's image)
+test-node: install node-deps node-bins kubevirt-images guest-image helm-bin zarf-bin ## real-node tier only (kubelet, containerd, CNI, policies, the operator's image)
 	$(PY) -m pytest -q tests/node
 
 bench: install system-deps envtest-bins go-anchor ## run the benchmarks; JSON results land in bench/results/
@@ -152,13 +152,14 @@ clean: cluster-down ## remove the virtualenv and local state (the binary cache i
 
 # ---- Real KubeVirt on the test node (issue 16, ADR 0008) --------------------------------------------------------
 .PHONY: kubevirt-bins kubevirt-images kubevirt-up
-kubevirt-bins: ## build (or reuse) KubeVirt's virt-api and virt-controller (KUBEVIRT_VERSION) in ~/.cache/uds-vm-operator
+kubevirt-bins: ## build (or reuse) KubeVirt (KUBEVIRT_VERSION): virt-api, virt-controller; the node half in a trixie root
 	@tools/kubevirt/build.sh >/dev/null
+	@tools/kubevirt/build-node.sh >/dev/null
 
-kubevirt-images: kubevirt-bins ## their images (Debian minbase) as OCI archives; pushed into the node's registry when it runs
+kubevirt-images: image-deps kubevirt-bins ## their images as OCI archives (launcher, handler: trixie); pushed into the node's registry when it runs
 	@tools/kubevirt/images.sh $(ENVTEST_DIR) >/dev/null
 
-kubevirt-up: node-up kubevirt-images ## real virt-api (webhooks, subresources API) and virt-controller on the node; idempotent
+kubevirt-up: node-up kubevirt-images ## the whole KubeVirt on the node: virt-api, virt-controller, virt-handler (guests boot under TCG); idempotent
 	@tools/kubevirt/images.sh $(ENVTEST_DIR) >/dev/null
 	$(PY) tools/kubevirt/kubevirt_install.py up --state-dir $(ENVTEST_DIR)
 

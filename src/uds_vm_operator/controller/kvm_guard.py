@@ -106,8 +106,9 @@ def kvm_condition(verdict: KvmVerdict) -> Condition | None:
             "False",
             EMULATION_REASON,
             f"{nodes}KubeVirt CR {verdict.emulation_by} sets "
-            "spec.configuration.developerConfiguration.useEmulation: true, so KubeVirt requests no KVM device "
-            "and this VM runs in slow software emulation (QEMU TCG). Remove that setting on KVM-capable nodes.",
+            "spec.configuration.developerConfiguration.useEmulation: true, so KubeVirt requests no "
+            "KVM device and this VM runs in slow software emulation (QEMU TCG). "
+            "Remove that setting on KVM-capable nodes.",
         )
     if not verdict.known:
         return None
