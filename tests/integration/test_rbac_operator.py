@@ -70,6 +70,7 @@ MUST_ALLOW_CLUSTER = [
     ("patch", "kopf.dev", "clusterkopfpeerings", ""),
     ("list", "kubevirt.io", "kubevirts", ""),
     ("get", "cdi.kubevirt.io", "cdiconfigs", ""),
+    ("create", "authorization.k8s.io", "subjectaccessreviews", ""),  # the clone-grant proof (ADR 0015)
 ]
 MUST_DENY = [
     ("patch", "", "nodes", "", None),
@@ -131,8 +132,10 @@ def retarget(objects: list[dict[str, Any]], namespace: str) -> list[dict[str, An
     """Place the chart's namespaced objects (and binding subjects) into the test's namespace."""
     out = copy.deepcopy(objects)
     for obj in out:
-        if "namespace" in obj["metadata"] and obj["kind"] != "RoleBinding":
-            obj["metadata"]["namespace"] = namespace
+        meta = obj["metadata"]
+        # deploy/'s RoleBinding is for its example VM namespace (vms); a rendered flavour's are already right.
+        if "namespace" in meta and (obj["kind"] != "RoleBinding" or meta["namespace"] == "vms"):
+            meta["namespace"] = namespace
         for subject in obj.get("subjects", []):
             subject["namespace"] = namespace
     return out
@@ -155,7 +158,9 @@ def operator_identity(
     control_plane: Any, kube_client: Client, short_namespace: str
 ) -> Iterator[tuple[Client, str]]:
     restricted_namespace = short_namespace
-    objects = retarget(render.load_deploy_objects(), restricted_namespace)
+    # The opt-in cluster flavour (rbac.scope=cluster): what it grants, and that it is still not dangerous.
+    objects = retarget(render.render_chart(helm_path(), "--set", "rbac.scope=cluster"), restricted_namespace)
+    objects = [o for o in objects if o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")]
     install(kube_client, [o for o in objects if o["kind"] != "Deployment"])
     user = f"system:serviceaccount:{restricted_namespace}:{SA}"
     kubeconfig = control_plane.kubeconfig_for(
