@@ -71,8 +71,9 @@ ShortText = Annotated[str, Field(max_length=256)]
 AccessMode = Literal["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"]
 VolumeMode = Literal["Filesystem", "Block"]
 ARMORED_PUBLIC_KEY = r"^\s*-----BEGIN PGP PUBLIC KEY BLOCK-----[\s\S]+-----END PGP PUBLIC KEY BLOCK-----\s*$"
-SshKey = Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^(ssh-|ecdsa-|sk-)[^\x00-\x1f\x7f]*$")]
-"""One authorized_keys line: no control characters, so a key can never add a second line (issue 32)."""
+SshKey = Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^(ssh-|ecdsa-|sk-)[ -~]*$")]
+"""One authorized_keys line: printable ASCII only (no control character, no Unicode line separator), so a
+key can never add a second line (issue 32)."""
 URL_CHARS = r"[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]+"
 """RFC 3986 characters only: no whitespace, quotes or control characters, so a URL stays one token in the
 guest's sources.list / .repo file and in CDI's importer (issue 32)."""

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 from uds_vm_operator.api.errors import SpecError
 
-_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f]")
+_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029]")
+"""Control characters and the Unicode line separators YAML and some parsers also break lines at."""
 Section = tuple[str, Sequence[tuple[str, str]]]
 
 
