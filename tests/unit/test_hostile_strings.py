@@ -158,7 +158,7 @@ def check_reboot_window(value: str) -> None:
             ]
         else:
             lines = files["/etc/dnf/automatic.conf"].splitlines()
-            assert len(lines) == 8 and f'reboot_command="shutdown -r {value}"' in lines
+            assert len(lines) == 8 and f'reboot_command = "shutdown -r {value}"' in lines
 
 
 def check_ssh_key(value: str) -> None:

@@ -258,6 +258,7 @@ def _auto_update(
                 "content": ini_file(
                     [("commands", commands_section), ("emitters", [("emit_via", "stdio")])],
                     "spec.cloudInit.autoUpdate",
+                    separator=" = ",
                 ),
             }
         )

@@ -29,14 +29,18 @@ def checked_value(where: str, value: str, *, forbid: str = "") -> str:
     return value
 
 
-def ini_file(sections: Sequence[Section], where: str) -> str:
-    """A systemd unit / INI file: ``[Section]`` headers and ``Key=value`` lines, each value checked."""
+def ini_file(sections: Sequence[Section], where: str, separator: str = "=") -> str:
+    """A systemd unit / INI file: ``[Section]`` headers and ``Key=value`` lines, each value checked.
+
+    ``separator``: ``=`` for systemd (which keeps spaces as part of the value), `` = `` for ConfigParser-style
+    files such as dnf's automatic.conf.
+    """
     lines: list[str] = []
     for name, entries in sections:
         lines.append(f"[{checked_value(where, name, forbid='[]=')}]")
         for key, value in entries:
             checked_value(where, key, forbid="[]= ")
-            lines.append(f"{key}={checked_value(where, value) if value else ''}")
+            lines.append(f"{key}{separator if value else '='}{checked_value(where, value) if value else ''}")
     return "\n".join(lines) + "\n"
 
 
