@@ -27,7 +27,7 @@ from controlplane import (
     find_bin_dir,
     running_control_plane,
 )
-from kube_helpers import REUSE_ENV, TEST_NAMESPACE_LABEL, ControlPlaneHandle
+from kube_helpers import REUSE_ENV, TEST_NAMESPACE_LABEL, ControlPlaneHandle, apply_strict
 
 _INTEGRATION_DIR = Path(__file__).resolve().parent
 
@@ -97,6 +97,42 @@ def kube_client(control_plane: ControlPlaneHandle) -> Iterator[Client]:
         yield client
     finally:
         client.close()
+
+
+GOLDEN_IMAGES_NAMESPACE = "golden-images"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def golden_images_clonable_by_every_namespace(kube_client: Client) -> Iterator[None]:
+    """The pool tests clone from ``golden-images``; the operator clones across namespaces only where the
+    source namespace grants it (ADR 0015). This is the site-wide grant a platform team would write for a
+    shared image namespace: `datavolumes/source` create there for every service account."""
+    with contextlib.suppress(ApiError):
+        _create_namespace(kube_client, GOLDEN_IMAGES_NAMESPACE, {})
+    meta = {"name": "uds-vm-clone-source", "namespace": GOLDEN_IMAGES_NAMESPACE}
+    rbac = "rbac.authorization.k8s.io"
+    apply_strict(
+        kube_client,
+        {
+            "apiVersion": f"{rbac}/v1",
+            "kind": "Role",
+            "metadata": meta,
+            "rules": [
+                {"apiGroups": ["cdi.kubevirt.io"], "resources": ["datavolumes/source"], "verbs": ["create"]}
+            ],
+        },
+    )
+    apply_strict(
+        kube_client,
+        {
+            "apiVersion": f"{rbac}/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": rbac, "kind": "Role", "name": meta["name"]},
+            "subjects": [{"apiGroup": rbac, "kind": "Group", "name": "system:serviceaccounts"}],
+        },
+    )
+    yield
 
 
 def _namespace_name(test_name: str) -> str:

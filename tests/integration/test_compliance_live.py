@@ -12,7 +12,6 @@ from typing import Any
 
 from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
-from lightkube.resources.rbac_authorization_v1 import ClusterRole
 from lightkube.types import PatchType
 
 from kube_helpers import apply_strict, as_resource, create_strict
@@ -84,7 +83,7 @@ def test_live_evidence_satisfies_every_control_and_each_tamper_flips_one(
         run_tamper_matrix(control_plane, kube_client, namespace, tmp_path)
     finally:
         for role in chart_clusterroles():
-            kube_client.delete(ClusterRole, role["metadata"]["name"])
+            kube_client.delete(type(as_resource(role)), role["metadata"]["name"])
 
 
 def run_tamper_matrix(control_plane: Any, kube_client: Client, namespace: str, tmp_path: Path) -> None:

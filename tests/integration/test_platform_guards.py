@@ -30,14 +30,18 @@ CDI_CONFIG_CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/cdicon
 CDI_CONFIG = "/apis/cdi.kubevirt.io/v1beta1/cdiconfigs/config"
 JSON_PATCH = "application/json-patch+json"
 PRIVATE_URL = "http://192.168.7.20/images/ubuntu.qcow2"
+ALLOWLIST_ENV = "UDS_VM_ALLOWED_SOURCE_HOSTS"
 
 
 @pytest.fixture
 def operator(
     control_plane: Any, namespace: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[OperatorProcess]:
-    """The operator with a 1 s platform-facts interval, so node and CDIConfig changes show up quickly."""
+    """The operator with a 1 s platform-facts interval, so node and CDIConfig changes show up quickly, and
+    the LAN image server in the admin allowlist of the operator's own SSRF lock (what CDI then says is
+    what these tests are about)."""
     monkeypatch.setenv(TTL_ENV, "1")
+    monkeypatch.setenv(ALLOWLIST_ENV, "192.168.7.0/24")
     process = OperatorProcess(Path(control_plane.kubeconfig), namespace, tmp_path / "logs")
     process.start()
     try:
@@ -248,6 +252,21 @@ def test_blocked_private_source_names_the_allowlist_entry_and_waits_for_it(
     assert dv is not None and dv["spec"]["source"]["http"]["url"] == PRIVATE_URL
     wait_phase(api, operator, namespace, "lan", "Pending")
     assert condition(status_of(api, namespace, "lan"), "Ready")["reason"] != "BlockedByCDISSRFProtection"
+
+
+def test_private_source_outside_the_admin_allowlist_is_refused_naming_the_entry(
+    api: Api, operator: OperatorProcess, namespace: str
+) -> None:
+    """The operator's own lock, whatever CDI does: 192.168.8.x is not in the allowlist (192.168.7.0/24)."""
+    manifest = udsvm("other-lan", namespace)
+    manifest["spec"]["source"]["http"]["url"] = "http://192.168.8.5/images/ubuntu.qcow2"
+    api.apply(manifest, vm_path(namespace, "other-lan"))
+    status = wait_phase(api, operator, namespace, "other-lan", "Failed")
+    ready = condition(status, "Ready")
+    assert ready["reason"] == "PrivateSourceRefused"
+    assert "adds '192.168.8.5' to the chart value ssrf.allowedSourceHosts" in ready["message"]
+    assert api.get(dv_path(namespace, "other-lan-dv")) is None
+    assert api.get(kv_path(namespace, "other-lan")) is None
 
 
 # ----------------------------------------------------------------------------------------- live migration

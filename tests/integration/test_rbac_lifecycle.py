@@ -78,7 +78,7 @@ def rbac_namespace(api: Api) -> Iterator[str]:
         api.delete(f"/api/v1/namespaces/{name}")
 
 
-@pytest.fixture(params=["deploy-cluster", "chart-namespaced"])
+@pytest.fixture(params=["deploy-namespaced", "chart-cluster"])
 def chart_rbac_operator(
     request: pytest.FixtureRequest,
     control_plane: Any,
@@ -90,15 +90,14 @@ def chart_rbac_operator(
 ) -> Iterator[OperatorProcess]:
     """The operator, authenticated as its ServiceAccount user, bound only by the chart's RBAC.
 
-    ``deploy-cluster``: the committed deploy/ manifests (what `kubectl apply` installs, cluster-wide
-    binding); ``chart-namespaced``: `helm template` with ``rbac.scope=namespaced`` (one RoleBinding).
+    ``deploy-namespaced``: the committed deploy/ manifests (what `kubectl apply` installs; its RoleBinding
+    moved from the example namespace to the test's); ``chart-cluster``: `helm template` with the opt-in
+    ``rbac.scope=cluster`` (one ClusterRoleBinding).
     """
-    if request.param == "deploy-cluster":
+    if request.param == "deploy-namespaced":
         objects = render.load_deploy_objects()
     else:
-        objects = render.render_chart(
-            helm_path(), "--set", "rbac.scope=namespaced", "--set", f"watchNamespaces={{{rbac_namespace}}}"
-        )
+        objects = render.render_chart(helm_path(), "--set", "rbac.scope=cluster")
     kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "RoleBinding")
     objects = [o for o in retarget(objects, rbac_namespace) if o["kind"] in kinds]
     deployment_env = {

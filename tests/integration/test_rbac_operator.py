@@ -17,6 +17,7 @@ from lightkube.models.authorization_v1 import ResourceAttributes, SelfSubjectAcc
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
 from lightkube.resources.core_v1 import Namespace, Secret
+from operator_harness import Api
 from test_deploy_helm import helm_path
 
 from kube_helpers import apply_strict, as_resource, create_strict
@@ -28,6 +29,7 @@ render = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(render)
 
 SA = "uds-vm-operator"
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "RoleBinding")
 
 # (verb, group, resource, subresource) the operator MUST be able to do in any VM namespace.
 MUST_ALLOW = [
@@ -70,6 +72,7 @@ MUST_ALLOW_CLUSTER = [
     ("patch", "kopf.dev", "clusterkopfpeerings", ""),
     ("list", "kubevirt.io", "kubevirts", ""),
     ("get", "cdi.kubevirt.io", "cdiconfigs", ""),
+    ("create", "authorization.k8s.io", "subjectaccessreviews", ""),  # the clone-grant proof (ADR 0015)
 ]
 MUST_DENY = [
     ("patch", "", "nodes", "", None),
@@ -131,8 +134,10 @@ def retarget(objects: list[dict[str, Any]], namespace: str) -> list[dict[str, An
     """Place the chart's namespaced objects (and binding subjects) into the test's namespace."""
     out = copy.deepcopy(objects)
     for obj in out:
-        if "namespace" in obj["metadata"] and obj["kind"] != "RoleBinding":
-            obj["metadata"]["namespace"] = namespace
+        meta = obj["metadata"]
+        # deploy/'s RoleBinding is for its example VM namespace (vms); a rendered flavour's are already right.
+        if "namespace" in meta and (obj["kind"] != "RoleBinding" or meta["namespace"] == "vms"):
+            meta["namespace"] = namespace
         for subject in obj.get("subjects", []):
             subject["namespace"] = namespace
     return out
@@ -155,7 +160,9 @@ def operator_identity(
     control_plane: Any, kube_client: Client, short_namespace: str
 ) -> Iterator[tuple[Client, str]]:
     restricted_namespace = short_namespace
-    objects = retarget(render.load_deploy_objects(), restricted_namespace)
+    # The opt-in cluster flavour (rbac.scope=cluster): what it grants, and that it is still not dangerous.
+    objects = retarget(render.render_chart(helm_path(), "--set", "rbac.scope=cluster"), restricted_namespace)
+    objects = [o for o in objects if o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")]
     install(kube_client, [o for o in objects if o["kind"] != "Deployment"])
     user = f"system:serviceaccount:{restricted_namespace}:{SA}"
     kubeconfig = control_plane.kubeconfig_for(
@@ -241,4 +248,94 @@ def test_namespaced_flavour_cannot_read_secrets_outside_its_namespaces(
         assert refused.value.status.code == 403
     finally:
         client.close()
+        remove(kube_client, [o for o in objects if "namespace" not in o["metadata"]])
+
+
+def test_default_chart_rbac_by_impersonation_no_kube_system_secret_no_pod_outside_managed_namespaces(
+    control_plane: Any, kube_client: Client, short_namespace: str
+) -> None:
+    """Issue 32 item 2, on the real control plane: the committed deploy/ (the chart's default, namespaced
+    flavour) installed; the admin sends real requests as the operator's service account with
+    ``Impersonate-User``/``Impersonate-Group`` (what ``kubectl auth can-i --as`` and ``kubectl --as`` do)."""
+    managed = short_namespace
+    objects = [o for o in retarget(render.load_deploy_objects(), managed) if o["kind"] in RBAC_KINDS]
+    assert {o["metadata"]["namespace"] for o in objects if o["kind"] == "RoleBinding"} == {managed}
+    other = f"rbac-other-{secrets.token_hex(3)}"
+    kube_client.create(Namespace(metadata=ObjectMeta(name=other)))
+    install(kube_client, objects)
+    api = Api(Path(control_plane.kubeconfig))
+    user = f"system:serviceaccount:{managed}:{SA}"
+    as_operator = {"Impersonate-User": user, "Impersonate-Group": "system:serviceaccounts"}
+    try:
+        kube_client.create(
+            Secret(metadata=ObjectMeta(name="canary", namespace="kube-system"), stringData={"k": "v"})
+        )
+
+        def request(method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+            return api.call(
+                method,
+                path,
+                body,
+                params={"dryRun": "All"} if method == "POST" else None,
+                expect=range(200, 600),
+                headers=as_operator,
+            )
+
+        def pod(namespace: str) -> dict[str, Any]:
+            return {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "probe", "namespace": namespace},
+                "spec": {
+                    # restricted-profile clean, so PodSecurity admission never is the reason for an answer
+                    "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "registry.invalid/x:1",
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                        }
+                    ],
+                },
+            }
+
+        code, body = request("GET", "/api/v1/namespaces/kube-system/secrets/canary")
+        assert code == 403 and user in body["message"], body
+        code, body = request("GET", "/api/v1/secrets")
+        assert code == 403, "no Secret list anywhere but the managed namespaces"
+        code, body = request("GET", f"/api/v1/namespaces/{other}/secrets")
+        assert code == 403, body
+        code, body = request("POST", f"/api/v1/namespaces/{other}/pods", pod(other))
+        assert code == 403 and "pods" in body["message"], body
+        code, body = request("POST", "/api/v1/namespaces/kube-system/pods", pod("kube-system"))
+        assert code == 403, body
+        # The control: in its managed namespace the same identity may do both (so the 403s are about scope).
+        code, body = request("GET", f"/api/v1/namespaces/{managed}/secrets")
+        assert code == 200, body
+        code, body = request("POST", f"/api/v1/namespaces/{managed}/pods", pod(managed))
+        assert code == 201, body
+        # And the SubjectAccessReview the admin would run (`kubectl auth can-i --as`): same answers.
+        for namespace, verb, resource, allowed in (
+            ("kube-system", "get", "secrets", False),
+            (other, "create", "pods", False),
+            (managed, "create", "pods", True),
+        ):
+            review = {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SubjectAccessReview",
+                "spec": {
+                    "user": user,
+                    "groups": ["system:serviceaccounts", f"system:serviceaccounts:{managed}"],
+                    "resourceAttributes": {"verb": verb, "resource": resource, "namespace": namespace},
+                },
+            }
+            _, answer = api.call("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
+            assert answer["status"]["allowed"] is allowed, (namespace, verb, resource, answer["status"])
+    finally:
+        api.close()
+        kube_client.delete(Secret, "canary", namespace="kube-system")
+        kube_client.delete(Namespace, other)
         remove(kube_client, [o for o in objects if "namespace" not in o["metadata"]])

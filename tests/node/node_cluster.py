@@ -212,7 +212,11 @@ def running_operator(
     image: the operator image its verifier pods run (the one built in this run); without it the operator's
     default reference is used, which suits tests that never start a verifier pod.
     """
-    environment = None if image is None else {**os.environ, "UDS_VM_OPERATOR_IMAGE": image}
+    # The node's own image servers live on its pod and service networks: the admin allowlist of the
+    # operator's SSRF lock (chart value ssrf.allowedSourceHosts, ADR 0015) names them.
+    environment = {**os.environ, "UDS_VM_ALLOWED_SOURCE_HOSTS": f"{cfg.POD_CIDR},{cfg.SERVICE_CIDR}"}
+    if image is not None:
+        environment["UDS_VM_OPERATOR_IMAGE"] = image
     process = OperatorProcess(node.kubeconfig, namespace, log_dir, environment=environment)
     process.start()
     try:

@@ -68,9 +68,10 @@ def children(
 
 
 def chart_clusterroles() -> list[dict[str, Any]]:
-    """The operator's ClusterRoles exactly as deploy/rbac.yaml declares them."""
+    """The operator's ClusterRoles and ClusterRoleBindings exactly as deploy/rbac.yaml declares them."""
     text = (Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml").read_text()
-    return [doc for doc in yaml.safe_load_all(text) if doc and doc["kind"] == "ClusterRole"]
+    kinds = ("ClusterRole", "ClusterRoleBinding")
+    return [doc for doc in yaml.safe_load_all(text) if doc and doc["kind"] in kinds]
 
 
 PLURALS = {
@@ -81,6 +82,7 @@ PLURALS = {
     "PersistentVolumeClaim": "persistentvolumeclaims",
     "DataVolume": "datavolumes",
     "ClusterRole": "clusterroles",
+    "ClusterRoleBinding": "clusterrolebindings",
 }
 
 
@@ -169,6 +171,19 @@ def _wildcard_rbac(objs: list[dict[str, Any]], vm: str) -> None:
     find(objs, "ClusterRole", "uds-vm-operator")["rules"][0]["verbs"] = ["*"]
 
 
+def _cluster_wide_secret_list(objs: list[dict[str, Any]], vm: str) -> None:
+    # The cluster-bound role gains Secret list/watch: a read of every namespace's Secrets (issue 32).
+    find(objs, "ClusterRole", "uds-vm-operator-cluster")["rules"].append(
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "watch"]}
+    )
+
+
+def _cluster_wide_pod_create(objs: list[dict[str, Any]], vm: str) -> None:
+    find(objs, "ClusterRole", "uds-vm-operator-cluster")["rules"].append(
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}
+    )
+
+
 TAMPERS = {
     "netpol-admits-all-ingress": ("sc-7", _widen_ingress),
     "netpol-opens-egress": ("sc-7", _open_egress),
@@ -182,5 +197,7 @@ TAMPERS = {
     "secure-boot-off": ("cm-6", _no_secure_boot),
     "data-disk-not-retained": ("cp-9", _unretained),
     "operator-rbac-wildcard": ("ac-6", _wildcard_rbac),
+    "operator-reads-secrets-cluster-wide": ("ac-6", _cluster_wide_secret_list),
+    "operator-creates-pods-cluster-wide": ("ac-6", _cluster_wide_pod_create),
 }
 """Each tamper breaks one piece of evidence; the value names the only control that may flip."""

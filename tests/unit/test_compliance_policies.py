@@ -73,3 +73,34 @@ def test_no_vm_means_no_findings(controls: list[LinkedControl]) -> None:
     snapshot = snapshot_of(chart_clusterroles())
     snapshot[VM_API] = []
     assert assess(controls, snapshot) == []
+
+
+def test_the_opt_in_cluster_flavour_of_the_chart_fails_ac6_naming_secrets_and_pods(
+    controls: list[LinkedControl],
+) -> None:
+    """rbac.scope=cluster binds the workload role in every namespace: AC-6 must say what that grants."""
+    import subprocess  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    import yaml  # noqa: PLC0415
+
+    root = Path(__file__).resolve().parents[2]
+    helm = subprocess.run([str(root / "tools/helm/build.sh")], capture_output=True, text=True, check=True)
+    rendered = subprocess.run(
+        [helm.stdout.strip(), "template", "x", str(root / "chart"), "--set", "rbac.scope=cluster"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rbac = [
+        doc
+        for doc in yaml.safe_load_all(rendered)
+        if doc and doc["kind"] in ("ClusterRole", "ClusterRoleBinding")
+    ]
+    objects = [udsvm(VM, NS), *children(VM, NS), *rbac]
+    findings = [f for f in assess(controls, snapshot_of(objects)) if f.vm.name == VM]
+    ac6 = next(f for f in findings if f.control_id == "ac-6")
+    assert not ac6.satisfied
+    text = " ".join(line for o in ac6.observations for line in o.verdict.observations)
+    assert "reads Secrets in every namespace" in text and "creates pods in every namespace" in text
+    assert all(f.satisfied for f in findings if f.control_id != "ac-6")

@@ -123,6 +123,9 @@ def _helm() -> str:
 
 
 def _template(*values: str) -> subprocess.CompletedProcess[str]:
+    # The chart's default (namespaced) flavour needs the managed namespaces; the tests here are about peering.
+    if not any(v.startswith(("watchNamespaces=", "rbac.scope=cluster")) for v in values):
+        values = ("watchNamespaces={vms}", *values)
     sets = [arg for value in values for arg in ("--set", value)]
     return subprocess.run(
         [_helm(), "template", "x", str(ROOT / "chart"), "-n", "ops", *sets],
@@ -149,11 +152,17 @@ def test_the_chart_refuses_a_lifetime_the_operator_would_refuse() -> None:
 
 
 def test_peered_replicas_get_the_flags_their_identity_and_the_cluster_peering_object() -> None:
-    objects = _objects("replicas=2", "peering.name=ops", "peering.lifetimeSeconds=20")
+    objects = _objects("rbac.scope=cluster", "replicas=2", "peering.name=ops", "peering.lifetimeSeconds=20")
     deployment = next(o for o in objects if o["kind"] == "Deployment")
     assert deployment["spec"]["replicas"] == 2
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    assert container["args"] == ["run", "--all-namespaces", "--peering=ops", "--peering-lifetime=20"]
+    assert container["args"] == [
+        "run",
+        "--all-namespaces",
+        "--bind-address=0.0.0.0",
+        "--peering=ops",
+        "--peering-lifetime=20",
+    ]
     assert "--priority" not in " ".join(container["args"]), "identical replicas choose their own priority"
     env = {item["name"]: item for item in container["env"]}
     assert env["POD_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
@@ -176,5 +185,5 @@ def test_without_peering_the_chart_renders_what_it_rendered_before() -> None:
     deployment = next(o for o in objects if o["kind"] == "Deployment")
     assert deployment["spec"]["replicas"] == 1
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    assert container["args"] == ["run", "--all-namespaces"]
+    assert container["args"] == ["run", "--namespace=vms", "--bind-address=0.0.0.0"]
     assert "POD_ID" not in {item["name"] for item in container["env"]}

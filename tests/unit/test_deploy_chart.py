@@ -45,6 +45,7 @@ REQUIRED = {
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"get"},
     ("kopf.dev", "clusterkopfpeerings"): {"get", "list", "watch", "patch"},
     ("kopf.dev", "kopfpeerings"): {"get", "list", "watch", "patch"},
+    ("authorization.k8s.io", "subjectaccessreviews"): {"create"},
 }
 
 
@@ -70,7 +71,7 @@ def grants(objects: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
 
 
 def test_chart_passes_helm_lint_in_both_rbac_flavours() -> None:
-    for extra in ([], ["--set", "rbac.scope=namespaced", "--set", "watchNamespaces={vms}"]):
+    for extra in (list(render.DEPLOY_VALUES), ["--set", "rbac.scope=cluster"]):
         result = subprocess.run(
             [helm(), "lint", "--strict", str(ROOT / "chart"), *extra],
             capture_output=True,
@@ -81,7 +82,7 @@ def test_chart_passes_helm_lint_in_both_rbac_flavours() -> None:
 
 
 def test_chart_renders_exactly_the_objects_in_deploy() -> None:
-    rendered = {render.object_key(o): o for o in render.render_chart(helm())}
+    rendered = {render.object_key(o): o for o in render.render_chart(helm(), *render.DEPLOY_VALUES)}
     committed = {render.object_key(o): o for o in deploy_objects()}
     assert rendered.keys() == committed.keys()
     for key, obj in rendered.items():
@@ -114,12 +115,13 @@ def test_namespaced_flavour_binds_workload_rights_per_namespace_only() -> None:
         "run",
         "--namespace=vms",
         "--namespace=lab",
+        "--bind-address=0.0.0.0",
     ]
 
 
 def test_namespaced_flavour_without_namespaces_is_refused_with_a_hint() -> None:
     result = subprocess.run(
-        [helm(), "template", "x", str(ROOT / "chart"), "--set", "rbac.scope=namespaced"],
+        [helm(), "template", "x", str(ROOT / "chart")],
         capture_output=True,
         text=True,
         check=False,

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
+from uds_vm_operator.api.calendar import CALENDAR_SHAPE, SCHEDULE_CHARSET, calendar_problem
 from uds_vm_operator.api.errors import SpecError
 from uds_vm_operator.api.quantity import QUANTITY_PATTERN, parse_bytes
 from uds_vm_operator.apiversions import UDS_GROUP, UDS_VERSION
@@ -70,7 +71,13 @@ ShortText = Annotated[str, Field(max_length=256)]
 AccessMode = Literal["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"]
 VolumeMode = Literal["Filesystem", "Block"]
 ARMORED_PUBLIC_KEY = r"^\s*-----BEGIN PGP PUBLIC KEY BLOCK-----[\s\S]+-----END PGP PUBLIC KEY BLOCK-----\s*$"
-SshKey = Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^(ssh-|ecdsa-|sk-)")]
+SshKey = Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^(ssh-|ecdsa-|sk-)[ -~]*$")]
+"""One authorized_keys line: printable ASCII only (no control character, no Unicode line separator), so a
+key can never add a second line (issue 32)."""
+URL_CHARS = r"[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]+"
+"""RFC 3986 characters only: no whitespace, quotes or control characters, so a URL stays one token in the
+guest's sources.list / .repo file and in CDI's importer (issue 32)."""
+MIRROR_URL_PATTERN = rf"^https?://{URL_CHARS}$"
 
 
 def _cel(rule: str, message: str, field_path: str | None = None) -> dict[str, str]:
@@ -139,7 +146,7 @@ class UploadSource(ApiModel):
 class HttpSource(ApiModel):
     """An HTTP(S) image server; CDI checks ``checksum`` itself where the installed CDI supports it."""
 
-    url: Annotated[str, Field(pattern=r"^https?://", max_length=2048)]
+    url: Annotated[str, Field(pattern=rf"^https?://{URL_CHARS}$", max_length=2048)]
     checksum: Checksum | None = None
     secret_ref: ObjectName | None = Field(
         default=None, description="Secret with accessKeyId and secretKey, in the VM's namespace."
@@ -152,7 +159,7 @@ class HttpSource(ApiModel):
 class S3Source(ApiModel):
     """An S3-compatible object store."""
 
-    url: Annotated[str, Field(pattern=r"^(s3|https?)://", max_length=2048)]
+    url: Annotated[str, Field(pattern=rf"^(s3|https?)://{URL_CHARS}$", max_length=2048)]
     secret_ref: ObjectName | None = None
     checksum: Checksum | None = None
 
@@ -458,15 +465,31 @@ class AutoUpdate(ApiModel):
     )
 
     enabled: bool = True
-    schedule: Annotated[str, Field(min_length=1, max_length=64)] = Field(
-        default="*-*-* 03:00:00", description="systemd OnCalendar expression for the update run."
+    schedule: Annotated[
+        str,
+        Field(
+            min_length=1,
+            max_length=64,
+            pattern=SCHEDULE_CHARSET,
+            json_schema_extra=_validations(
+                _cel(
+                    f"self.matches(r'{CALENDAR_SHAPE}')",
+                    "autoUpdate.schedule must be a systemd calendar expression (systemd.time(7)), e.g. "
+                    "'Mon..Fri *-*-* 03:00:00' or 'daily'",
+                )
+            ),
+        ),
+    ] = Field(
+        default="*-*-* 03:00:00",
+        description="systemd OnCalendar expression for the update run (systemd.time(7)), e.g. "
+        "'Mon..Fri *-*-* 03:00:00' or 'daily'.",
     )
     reboot_window: Annotated[str, Field(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$", max_length=5)] | None = (
         Field(
             default=None, description="HH:MM local time at which a reboot required by an update may happen."
         )
     )
-    apt_mirror: Annotated[str, Field(pattern=r"^https?://", max_length=2048)] | None = None
+    apt_mirror: Annotated[str, Field(pattern=MIRROR_URL_PATTERN, max_length=2048)] | None = None
     apt_mirror_key: (
         Annotated[
             str,
@@ -481,7 +504,15 @@ class AutoUpdate(ApiModel):
         description="ASCII-armored OpenPGP public key that signs aptMirror's Release files; the guest "
         "trusts it for apt. Needed when the mirror is signed by a site key rather than Debian's or Ubuntu's.",
     )
-    yum_mirror: Annotated[str, Field(pattern=r"^https?://", max_length=2048)] | None = None
+    yum_mirror: Annotated[str, Field(pattern=MIRROR_URL_PATTERN, max_length=2048)] | None = None
+
+    @model_validator(mode="after")
+    def _schedule_is_a_calendar(self) -> AutoUpdate:
+        """A schedule systemd cannot parse would leave the guest's update timer silently dead."""
+        problem = calendar_problem(self.schedule)
+        if problem is not None:
+            raise ValueError(f"autoUpdate.schedule {self.schedule!r} {problem}")
+        return self
 
     @model_validator(mode="after")
     def _key_needs_mirror(self) -> AutoUpdate:

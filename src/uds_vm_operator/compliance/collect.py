@@ -32,6 +32,7 @@ KINDS = {
     ("networking.k8s.io", "v1", "networkpolicies"): "NetworkPolicy",
     ("kubevirt.io", "v1", "virtualmachines"): "VirtualMachine",
     ("rbac.authorization.k8s.io", "v1", "clusterroles"): "ClusterRole",
+    ("rbac.authorization.k8s.io", "v1", "clusterrolebindings"): "ClusterRoleBinding",
     ("uds.dev", "v1alpha1", "udsvirtualmachines"): "UDSVirtualMachine",
 }
 

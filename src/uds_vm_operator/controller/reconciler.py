@@ -22,6 +22,7 @@ from typing import Any
 
 from uds_vm_operator.api import SpecError, UDSVirtualMachineSpec, parse_vm_spec
 from uds_vm_operator.api.quantity import parse_bytes
+from uds_vm_operator.controller import ssrf
 from uds_vm_operator.controller.compare import is_subset, needs_apply, normalise_secret, with_applied_hash
 from uds_vm_operator.controller.facts import FactsCache
 from uds_vm_operator.controller.golden_image import (
@@ -34,6 +35,8 @@ from uds_vm_operator.controller.platform import PackageOutcome, Platform
 from uds_vm_operator.controller.platform_assess import PlatformAssessment
 from uds_vm_operator.controller.pod_selection import policy_selects_vm
 from uds_vm_operator.controller.pruning import ChildPruner
+from uds_vm_operator.controller.references import CloneGrants
+from uds_vm_operator.controller.source_dns import SourceResolver
 from uds_vm_operator.controller.status import (
     REPLACING_REASON,
     Observation,
@@ -199,6 +202,11 @@ class Reconciler(Controller):
         self.platform = Platform(api, vm_known=lambda ns, vm: store.contains(kube.UDS_VM, ns, vm))
         """KVM guard, CDI source allowlist, live-migration note, UDS Package rules (controller.platform)."""
         self.pruner = ChildPruner(api)
+        self.clone_grants = CloneGrants(api)
+        """Proof a cross-namespace clone source is granted to the VM's namespace (controller.references)."""
+        self.source_allowlist = ssrf.source_allowlist_from_env()
+        self.resolver = SourceResolver()
+        """Admin allowlist of private import hosts (chart value ssrf.allowedSourceHosts; controller.ssrf)."""
         """Deletes children a spec change made obsolete (controller.pruning), in the apply step."""
 
     def verify_children(self, namespace: str, name: str) -> None:
@@ -254,6 +262,15 @@ class Reconciler(Controller):
         spec, owner = ctx.spec, ctx.owner
         refusal = _storage_refusal(spec)
         ctx.facts = await self.platform.render_facts(await self.facts.get())
+        if refusal is not None:
+            raise SpecRefusedError(refusal)
+        # Confused-deputy locks (issue 32): nothing is created for a source the VM's author could not reach.
+        raw_spec = ctx.body.get("spec") or {}
+        refusal = await self.clone_grants.refusal(spec, owner.namespace) or ssrf.private_source_refusal(
+            raw_spec,
+            self.source_allowlist,
+            await self.resolver.addresses(ssrf.source_url_of(raw_spec.get("source") or {})),
+        )
         if refusal is not None:
             raise SpecRefusedError(refusal)
         ctx.platform = await self.platform.assess(ctx.body, spec)

@@ -10,20 +10,27 @@ Honest about the installed CDI: the field is looked up in the installed ``cdicon
 schema. CDI v1.65.0 (pinned in versions.env) has no ``allowedSourceURLs``; such a CDI does not block
 private addresses, and the condition says so rather than inventing a field.
 
-Only what can be known without DNS is judged: literal IP hosts, and names that are internal by
-construction (``localhost``, ``*.svc``, ``*.cluster.local``). A name like ``images.site.internal`` may
-resolve to a private address, but the operator cannot resolve it the way the importer pod will, so it is
-not flagged. Pure functions; the controller supplies the CRD and the CDIConfig.
+Only what can be known without DNS is judged here: literal IP hosts, and names that are internal by
+construction (``localhost``, ``*.svc``, ``*.cluster.local``); the reconciler adds the addresses a name
+resolves to through the cluster's DNS (the resolver CDI's importer pod uses too). Pure functions; the
+controller supplies the CRD, the CDIConfig and the resolved addresses.
+
+The operator's own lock (issue 32, ADR 0015) does not depend on CDI: an internal host is refused before any
+child exists unless the admin allowlist (chart value ``ssrf.allowedSourceHosts``, operator flag
+``--allowed-source-host`` / env ``UDS_VM_ALLOWED_SOURCE_HOSTS``) names it, because the fetched bytes become
+a disk the VM's author can read: an SSRF into metadata services or cluster-internal endpoints.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from uds_vm_operator.controller.status import Refusal
 from uds_vm_operator.runtime.conditions import Condition
 
 CDI_CONFIG_CRD = "cdiconfigs.cdi.kubevirt.io"
@@ -31,6 +38,9 @@ CDI_CONFIG_NAME = "config"
 ALLOWLIST_FIELD = "allowedSourceURLs"
 CONDITION_TYPE = "ImportSourceAllowed"
 BLOCKED_REASON = "BlockedByCDISSRFProtection"
+PRIVATE_SOURCE_REASON = "PrivateSourceRefused"
+ALLOWLIST_ENV = "UDS_VM_ALLOWED_SOURCE_HOSTS"
+ALLOWLIST_CHART_VALUE = "ssrf.allowedSourceHosts"
 
 BLOCKED_NETWORKS = tuple(
     ipaddress.ip_network(cidr)
@@ -44,9 +54,12 @@ BLOCKED_NETWORKS = tuple(
         "0.0.0.0/8",
         "224.0.0.0/4",
         "240.0.0.0/4",
-        "fd00::/8",
+        "fc00::/7",
         "fe80::/10",
         "::1/128",
+        "::/128",
+        "::ffff:0:0/96",
+        "64:ff9b::/96",
     )
 )
 """The ranges CDI's SSRF protection blocks by default (CDI doc/ssrf-protection.md)."""
@@ -74,8 +87,23 @@ def source_host(url: str | None) -> str | None:
     return host.lower() if host else None
 
 
-def internal_host(url: str | None) -> InternalHost | None:
-    """Classify the URL's host: an :class:`InternalHost` when CDI blocks it by default, else None."""
+def _blocked_network(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
+    mapped = getattr(address, "ipv4_mapped", None)
+    if mapped is not None:  # ::ffff:169.254.169.254 is the metadata service too
+        found = _blocked_network(mapped)
+        return found if found is not None else str(BLOCKED_NETWORKS[-2])
+    for network in BLOCKED_NETWORKS:
+        if address.version == network.version and address in network:
+            return str(network)
+    return None
+
+
+def internal_host(url: str | None, resolved: Sequence[str] = ()) -> InternalHost | None:
+    """Classify the URL's host: an :class:`InternalHost` when CDI blocks it by default, else None.
+
+    ``resolved``: the addresses a host name resolves to (empty for IP literals or when unresolved); a name
+    that resolves to any internal address is internal, named by that address.
+    """
     host = source_host(url)
     if host is None:
         return None
@@ -84,10 +112,19 @@ def internal_host(url: str | None) -> InternalHost | None:
     except ValueError:
         if host in INTERNAL_NAMES or host.endswith(INTERNAL_SUFFIXES):
             return InternalHost(host, host, "an in-cluster or loopback name")
+        for value in resolved:
+            try:
+                network = _blocked_network(ipaddress.ip_address(value))
+            except ValueError:
+                continue
+            if network is not None:
+                return InternalHost(
+                    host, host, f"a name that resolves to {value}, in the blocked range {network}"
+                )
         return None
-    for network in BLOCKED_NETWORKS:
-        if address.version == network.version and address in network:
-            return InternalHost(host, str(address), f"in the blocked range {network}")
+    network = _blocked_network(address)
+    if network is not None:
+        return InternalHost(host, str(address), f"in the blocked range {network}")
     return None
 
 
@@ -163,4 +200,30 @@ def ssrf_condition(
         f"must add {entry!r} to {field} "
         f"(kubectl patch cdiconfig {CDI_CONFIG_NAME} --type=merge -p '{patch}'); "
         "the DataVolume is created once the entry is there.",
+    )
+
+
+def source_allowlist_from_env(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The admin allowlist of internal import hosts, from env ``UDS_VM_ALLOWED_SOURCE_HOSTS`` (commas)."""
+    raw = (environ if environ is not None else os.environ).get(ALLOWLIST_ENV, "")
+    return tuple(entry.strip() for entry in raw.split(",") if entry.strip())
+
+
+def private_source_refusal(
+    raw_spec: Mapping[str, Any], allowlist: Sequence[str], resolved: Sequence[str] = ()
+) -> Refusal | None:
+    """The refusal of an http/s3 source on an internal host the admin allowlist does not name, else None."""
+    source = source_url_of(raw_spec.get("source") or {})
+    if source is None:
+        return None
+    kind, url = source
+    host = internal_host(url, resolved)
+    if host is None or allowlist_covers(allowlist, host):
+        return None
+    return Refusal(
+        PRIVATE_SOURCE_REASON,
+        f"spec.source.{kind}.url host {host.host} is {host.why}: private, loopback, link-local and metadata "
+        "addresses are refused as import sources, because the fetched bytes become a disk the VM's author "
+        f"can read. If this server is a trusted image mirror, a cluster admin adds {host.entry!r} to the "
+        f"chart value {ALLOWLIST_CHART_VALUE} (operator env {ALLOWLIST_ENV}). Nothing was created.",
     )

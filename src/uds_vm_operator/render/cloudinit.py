@@ -19,6 +19,7 @@ beat a drop-in that sorts earlier (``0-open.conf``) or a line put above the ``In
 
 from __future__ import annotations
 
+import posixpath
 from typing import Any
 
 import yaml
@@ -26,6 +27,7 @@ import yaml
 from uds_vm_operator.api.errors import SpecError
 from uds_vm_operator.api.models import AutoUpdate, CloudInit, UDSVirtualMachineSpec
 from uds_vm_operator.render.common import ROLE_LABEL, Owner, child_metadata, cloudinit_secret_name
+from uds_vm_operator.render.guestconfig import apt_conf_string, checked_value, ini_file
 from uds_vm_operator.render.secrets import encode_secret_data
 
 USERDATA_KEY = "userdata"
@@ -141,12 +143,22 @@ def _parse_user_data(text: str) -> dict[str, Any]:
         )
     for entry in document.get("write_files") or []:
         path = entry.get("path", "") if isinstance(entry, dict) else ""
-        if isinstance(path, str) and path.startswith("/etc/ssh/sshd_config"):
+        if isinstance(path, str) and writes_sshd_config(path):
             raise SpecError(
                 f"spec.cloudInit.userData writes {path}; sshd configuration belongs to the operator's "
                 "hardening, remove that write_files entry"
             )
     return document
+
+
+def writes_sshd_config(path: str) -> bool:
+    """True when ``path`` names sshd's configuration however it is spelled (``//``, ``/./``, ``..``).
+
+    A string prefix check is passed by ``/etc/ssh//sshd_config.d/x``; the guest's kernel resolves the
+    path, so the guard compares the normalised form (and ``//`` at the start, which POSIX leaves alone).
+    """
+    normal = "/" + posixpath.normpath(path.strip()).lstrip("/")
+    return normal == SSHD_CONFIG_PATH or normal.startswith(SSHD_CONFIG_PATH)
 
 
 def _strip_passwords(document: dict[str, Any]) -> dict[str, Any]:
@@ -197,7 +209,8 @@ def _auto_update(
         )
         reboot = (
             'Unattended-Upgrade::Automatic-Reboot "true";\n'
-            f'Unattended-Upgrade::Automatic-Reboot-Time "{update.reboot_window}";\n'
+            "Unattended-Upgrade::Automatic-Reboot-Time "
+            f"{apt_conf_string('spec.cloudInit.autoUpdate.rebootWindow', update.reboot_window)};\n"
             if update.reboot_window
             else 'Unattended-Upgrade::Automatic-Reboot "false";\n'
         )
@@ -210,7 +223,9 @@ def _auto_update(
         )
         timer = "apt-daily-upgrade.timer"
         if update.apt_mirror:
-            mirror = [{"arches": ["default"], "uri": update.apt_mirror}]
+            # cloud-init writes the uri into a sources.list line: whitespace would add options or components.
+            uri = checked_value("spec.cloudInit.autoUpdate.aptMirror", update.apt_mirror, forbid=" ")
+            mirror = [{"arches": ["default"], "uri": uri}]
             # Debian's packaged cloud.cfg sets apt.preserve_sources_list: true, which would keep the image's
             # sources.list and silently ignore the mirror (seen in a booted Debian 12 guest).
             top["apt"] = {"preserve_sources_list": False, "primary": mirror, "security": mirror}
@@ -228,16 +243,23 @@ def _auto_update(
         packages = ["dnf-automatic"]
         apply = "yes" if update.enabled else "no"
         reboot = "when-needed" if update.reboot_window else "never"
-        reboot_command = (
-            f'reboot_command = "shutdown -r {update.reboot_window}"\n' if update.reboot_window else ""
-        )
+        commands_section = [
+            ("upgrade_type", "default"),
+            ("download_updates", "yes"),
+            ("apply_updates", apply),
+            ("reboot", reboot),
+        ]
+        if update.reboot_window:
+            commands_section.append(("reboot_command", f'"shutdown -r {update.reboot_window}"'))
         files.append(
             {
                 "path": "/etc/dnf/automatic.conf",
                 "permissions": "0644",
-                "content": "[commands]\nupgrade_type = default\ndownload_updates = yes\n"
-                f"apply_updates = {apply}\nreboot = {reboot}\n{reboot_command}"
-                "[emitters]\nemit_via = stdio\n",
+                "content": ini_file(
+                    [("commands", commands_section), ("emitters", [("emit_via", "stdio")])],
+                    "spec.cloudInit.autoUpdate",
+                    separator=" = ",
+                ),
             }
         )
         timer = "dnf-automatic.timer"
@@ -245,7 +267,10 @@ def _auto_update(
             top["yum_repos"] = {
                 "uds-mirror": {
                     "name": "Local mirror (uds-vm-operator)",
-                    "baseurl": update.yum_mirror,
+                    # cloud-init writes this into a .repo INI file: one line, so no newline may get in.
+                    "baseurl": checked_value(
+                        "spec.cloudInit.autoUpdate.yumMirror", update.yum_mirror, forbid=" "
+                    ),
                     "enabled": True,
                     "gpgcheck": True,
                 }
@@ -254,7 +279,20 @@ def _auto_update(
         {
             "path": f"/etc/systemd/system/{timer}.d/50-uds-schedule.conf",
             "permissions": "0644",
-            "content": f"[Timer]\nOnCalendar=\nOnCalendar={update.schedule}\nRandomizedDelaySec=0\n",
+            # OnCalendar= (empty) first resets the packaged schedule; the value is one checked line.
+            "content": ini_file(
+                [
+                    (
+                        "Timer",
+                        [
+                            ("OnCalendar", ""),
+                            ("OnCalendar", update.schedule),
+                            ("RandomizedDelaySec", "0"),
+                        ],
+                    )
+                ],
+                "spec.cloudInit.autoUpdate.schedule",
+            ),
         }
     )
     commands.append("systemctl daemon-reload")

@@ -21,6 +21,7 @@ from typing import Any
 from uds_vm_operator.api.errors import SpecError
 from uds_vm_operator.api.models import NETBIOS_MAX_LENGTH, UDSVirtualMachineSpec, netbios_problem
 from uds_vm_operator.render.common import ROLE_LABEL, Owner, child_metadata, sysprep_secret_name
+from uds_vm_operator.render.guestconfig import checked_value
 from uds_vm_operator.render.secrets import encode_secret_data
 
 AUTOUNATTEND_KEY = "autounattend.xml"
@@ -372,6 +373,9 @@ def render_sysprep_secret(
             "spec.windows: no Administrator password; reference a Secret in adminPasswordSecretRef or let "
             "the operator generate one"
         )
+    # XML 1.0 cannot carry control characters even escaped: a Secret holding one would break the answer
+    # file's structure (Windows setup stops at a parse error), so it is refused with a message instead.
+    checked_value("the Administrator password (spec.windows.adminPasswordSecretRef)", admin_password)
     key, document = render_unattend_xml(owner, spec, admin_password, efi=efi)
     return {
         "apiVersion": "v1",
