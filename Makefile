@@ -117,7 +117,7 @@ test-integration: install envtest-bins ## integration tier only (real control pl
 test-node: install node-deps node-bins kubevirt-images guest-image helm-bin zarf-bin ## real-node tier only (kubelet, containerd, CNI, policies, the operator's image)
 	$(PY) -m pytest -q tests/node
 
-bench: install system-deps envtest-bins go-anchor ## run the benchmarks; JSON results land in bench/results/
+bench: install system-deps envtest-bins go-anchor guest-image ## run the benchmarks; JSON results land in bench/results/
 	$(PY) -m bench.run
 
 cluster-up: install envtest-bins ## start the local control plane in the background; writes .envtest/kubeconfig

@@ -27,6 +27,9 @@ from controlplane import free_loopback_port
 
 LOGIN_TIMEOUT_S = 1500.0
 """Upper bound for boot + first login under software emulation on a busy, shared 2-core machine."""
+LOGIN_POLL_S = 1.0
+"""Pause between login attempts: a refused attempt costs the guest little (sshd not yet listening, or one
+key exchange), and a long pause would add up to its own length to every measured boot."""
 PROBE = Path(__file__).with_name("guest_probe.py")
 AGENT_FILES = (
     "/etc/ssh/sshd_config",
@@ -222,7 +225,7 @@ class Guest:
             if result.returncode == 0:
                 self.login_wall_s = time.monotonic() - self.started_at
                 return self.login_wall_s
-            time.sleep(3)
+            time.sleep(LOGIN_POLL_S)
         raise AssertionError(f"{user} could not log in within {LOGIN_TIMEOUT_S:.0f} s:\n{self.tail()}")
 
     def probe_via_agent(self, watched: list[str], timeout_s: float = 900.0) -> dict[str, Any]:

@@ -13,14 +13,26 @@ source "$repo/versions.env"
 suite="${GUEST_DEBIAN_SUITE:?GUEST_DEBIAN_SUITE missing from versions.env}"
 mirror="${GUEST_DEBIAN_MIRROR:-$("$(dirname "$0")/../debian-archive.sh")}"
 [ -n "$mirror" ] || { echo "error: no Debian archive in /etc/apt/sources.list*; set GUEST_DEBIAN_MIRROR" >&2; exit 1; }
+# Networking is systemd-networkd + systemd-resolved (cloud-init's networkd renderer), not ifupdown + dhclient:
+# no `udevadm settle` before the network, a DHCP lease in C instead of dhclient-script's shell under emulation
+# (docs/adr/0015-guest-boot-under-emulation.md).
 packages=(
   linux-image-cloud-amd64 initramfs-tools systemd-sysv udev dbus
   cloud-init openssh-server unattended-upgrades qemu-guest-agent
-  sudo auditd ifupdown isc-dhcp-client iproute2 procps
+  sudo auditd systemd-resolved iproute2 procps
 )
 key="$( { cat "$0"; echo "$suite $mirror ${packages[*]}"; } | sha256sum | cut -c1-16)"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/uds-vm-operator/guest-$key"
 stamp="$cache/.built"
+if [ -f "$stamp" ]; then echo "$cache"; exit 0; fi
+# One build per cache at a time (the main checkout and worktrees share ~/.cache): a second build waits, then
+# finds the image built.
+mkdir -p "$(dirname "$cache")"
+exec {lock_fd}>"$(dirname "$cache")/.guest-image.lock"
+if ! flock --nonblock "$lock_fd"; then
+  echo "waiting for another guest image build using $(dirname "$cache")" >&2
+  flock "$lock_fd"
+fi
 if [ -f "$stamp" ]; then echo "$cache"; exit 0; fi
 for tool in mmdebstrap sfdisk mkfs.vfat mcopy syslinux mkfs.ext4 qemu-img; do
   command -v "$tool" >/dev/null || { echo "error: $tool missing; run tools/guest/ensure-deps.sh" >&2; exit 1; }
@@ -44,17 +56,31 @@ mmdebstrap --mode=root --variant=minbase --quiet \
   --customize-hook='printf "virtio_pci\nvirtio_blk\nvirtio_net\next4\n" >> "$1/etc/initramfs-tools/modules"' \
   --customize-hook='chroot "$1" update-initramfs -u -k all >/dev/null' \
   --customize-hook='printf "/dev/vda2 / ext4 errors=remount-ro 0 1\n" > "$1/etc/fstab"' \
-  --customize-hook='printf "auto lo\niface lo inet loopback\nsource /etc/network/interfaces.d/*\n" > "$1/etc/network/interfaces"' \
-  --customize-hook='printf "datasource_list: [ NoCloud, None ]\n" > "$1/etc/cloud/cloud.cfg.d/90-uds-datasource.cfg"' \
+  --customize-hook='chroot "$1" systemctl enable systemd-networkd.service systemd-resolved.service >/dev/null 2>&1' \
   --customize-hook='rm -f "$1"/etc/ssh/ssh_host_* && : > "$1/etc/machine-id" && rm -f "$1/var/lib/dbus/machine-id"' \
   --customize-hook='echo debian > "$1/etc/hostname" && rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin' \
   "$suite" "$root" "deb $mirror $suite main" "deb $mirror $suite-updates main" >&2
 touch "$root.done"
 fi
 # rootfs-end
-# Settings that do not need packages go in here (outside the rootfs key): the minbase image carries no
-# en_US locale, so cloud-init's default `locale` would fail; C.UTF-8 is built into libc.
-printf "locale: C.UTF-8\n" > "$root/etc/cloud/cloud.cfg.d/91-uds-locale.cfg"
+# Settings that do not need packages go in here (outside the rootfs key), each idempotent.
+cfg="$root/etc/cloud/cloud.cfg.d"
+# The minbase image carries no en_US locale, so cloud-init's default `locale` would fail; C.UTF-8 is in libc.
+printf "locale: C.UTF-8\n" > "$cfg/91-uds-locale.cfg"
+# Only the seeds KubeVirt writes (cloudInitNoCloud, cloudInitConfigDrive): no probing of network metadata
+# services, and ds-identify (the systemd generator) does not search either: cloud-init is simply enabled.
+printf "datasource_list: [ NoCloud, ConfigDrive, None ]\n" > "$cfg/90-uds-datasource.cfg"
+printf "policy: enabled\n" > "$root/etc/cloud/ds-identify.cfg"
+# Host keys made at first boot: ECDSA (FIPS 186) and Ed25519. cloud-init's default list adds RSA 3072, whose
+# prime search is the longest step before sshd can start under emulation, and DSA, which OpenSSH 9.2 no
+# longer offers. userData may set ssh_genkeytypes to bring RSA back.
+printf "ssh_genkeytypes: [ ecdsa, ed25519 ]\n" > "$cfg/92-uds-ssh-keys.cfg"
+# cloud-init's locale module rewrites /etc/default/locale (a subprocess) unless it already names the locale.
+printf "LANG=C.UTF-8\n" > "$root/etc/default/locale"
+# The disk boots with syslinux: no GRUB for grub-dpkg to look for.
+printf "grub_dpkg:\n  enabled: false\n" > "$cfg/93-uds-no-grub.cfg"
+# e2scrub_reap removes stale e2scrub snapshots of LVM volumes: the image has no LVM.
+chroot "$root" systemctl disable e2scrub_reap.service >/dev/null 2>&1
 
 kernel="$(ls "$root"/boot/vmlinuz-* | sort -V | tail -1)"
 initrd="$(ls "$root"/boot/initrd.img-* | sort -V | tail -1)"
@@ -93,5 +119,5 @@ qemu-img convert -O qcow2 "$disk" "$cache.partial/debian-12.qcow2"
 mv "$disk" "$cache.partial/debian-12.raw"
 rm -rf "$cache" && mv "$cache.partial" "$cache"
 touch "$stamp"
-rm -rf "$root" "$root.done"
+[ -n "${UDS_GUEST_KEEP_ROOTFS:-}" ] || rm -rf "$root" "$root.done"  # keep it to iterate on the assembly
 echo "$cache"
