@@ -216,7 +216,7 @@ def install_chart(demo: Demo, helm: str, image: str) -> None:
         "image.tag=demo",
         "--set",
         f"image.digest={digest}",
-        # ADR 0015: the operator manages the namespaces it is given (Secret and pod rights only there); its
+        # ADR 0016: the operator manages the namespaces it is given (Secret and pod rights only there); its
         # NetworkPolicy stays off on the demo node (API server on a random port).
         "--set",
         f"watchNamespaces={{{NAMESPACE}}}",

@@ -105,7 +105,7 @@ GOLDEN_IMAGES_NAMESPACE = "golden-images"
 @pytest.fixture(scope="session", autouse=True)
 def golden_images_clonable_by_every_namespace(kube_client: Client) -> Iterator[None]:
     """The pool tests clone from ``golden-images``; the operator clones across namespaces only where the
-    source namespace grants it (ADR 0015). This is the site-wide grant a platform team would write for a
+    source namespace grants it (ADR 0016). This is the site-wide grant a platform team would write for a
     shared image namespace: `datavolumes/source` create there for every service account."""
     with contextlib.suppress(ApiError):
         _create_namespace(kube_client, GOLDEN_IMAGES_NAMESPACE, {})

@@ -72,7 +72,7 @@ MUST_ALLOW_CLUSTER = [
     ("patch", "kopf.dev", "clusterkopfpeerings", ""),
     ("list", "kubevirt.io", "kubevirts", ""),
     ("get", "cdi.kubevirt.io", "cdiconfigs", ""),
-    ("create", "authorization.k8s.io", "subjectaccessreviews", ""),  # the clone-grant proof (ADR 0015)
+    ("create", "authorization.k8s.io", "subjectaccessreviews", ""),  # the clone-grant proof (ADR 0016)
 ]
 MUST_DENY = [
     ("patch", "", "nodes", "", None),

@@ -213,7 +213,7 @@ def running_operator(
     default reference is used, which suits tests that never start a verifier pod.
     """
     # The node's own image servers live on its pod and service networks: the admin allowlist of the
-    # operator's SSRF lock (chart value ssrf.allowedSourceHosts, ADR 0015) names them.
+    # operator's SSRF lock (chart value ssrf.allowedSourceHosts, ADR 0016) names them.
     environment = {**os.environ, "UDS_VM_ALLOWED_SOURCE_HOSTS": f"{cfg.POD_CIDR},{cfg.SERVICE_CIDR}"}
     if image is not None:
         environment["UDS_VM_OPERATOR_IMAGE"] = image

@@ -112,7 +112,7 @@ def test_helm_install_runs_the_built_image_and_upgrade_and_uninstall_keep_the_vm
         "replicas=2",
         "--set",
         f"peering.name={peering}",
-        # ADR 0015: the cluster flavour is an explicit opt-in now (this test reads the ClusterKopfPeering);
+        # ADR 0016: the cluster flavour is an explicit opt-in now (this test reads the ClusterKopfPeering);
         # the operator's NetworkPolicy is not proven on this node yet (random API server port, /metrics read
         # from a pod outside a monitoring namespace), so it is off here.
         "--set",

@@ -233,7 +233,7 @@ def test_the_zarf_package_is_built_inspected_initialised_and_deployed_and_its_op
             str(package),
             "--confirm",
             "--adopt-existing-resources",
-            # ADR 0015: the namespaces the operator manages; its NetworkPolicy stays off on this node.
+            # ADR 0016: the namespaces the operator manages; its NetworkPolicy stays off on this node.
             "--set",
             f"VM_NAMESPACES={ns}",
             "--set",

@@ -36,7 +36,7 @@ FILE_BY_KIND = {
     "ValidatingAdmissionPolicyBinding": "admission-policy.yaml",
 }
 DEPLOY_VALUES = ("--set", "watchNamespaces={vms}")
-"""deploy/ is the chart's default (namespaced, ADR 0015) flavour managing the example namespace ``vms``
+"""deploy/ is the chart's default (namespaced, ADR 0016) flavour managing the example namespace ``vms``
 (created by deploy/namespace.yaml): the chart refuses to guess which namespaces an operator may reach."""
 # Not rendered by the chart on purpose: Helm and Zarf create the release namespace themselves.
 NOT_FROM_CHART = ("namespace.yaml",)

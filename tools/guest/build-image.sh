@@ -15,7 +15,7 @@ mirror="${GUEST_DEBIAN_MIRROR:-$("$(dirname "$0")/../debian-archive.sh")}"
 [ -n "$mirror" ] || { echo "error: no Debian archive in /etc/apt/sources.list*; set GUEST_DEBIAN_MIRROR" >&2; exit 1; }
 # Networking is systemd-networkd + systemd-resolved (cloud-init's networkd renderer), not ifupdown + dhclient:
 # no `udevadm settle` before the network, a DHCP lease in C instead of dhclient-script's shell under emulation
-# (docs/adr/0015-guest-boot-under-emulation.md).
+# (docs/adr/0017-guest-boot-under-emulation.md).
 packages=(
   linux-image-cloud-amd64 initramfs-tools systemd-sysv udev dbus
   cloud-init openssh-server unattended-upgrades qemu-guest-agent

@@ -2,7 +2,7 @@
 
 CDI authorises a clone against the identity that creates the DataVolume: the operator. Left alone, anyone who
 may write a UDSVirtualMachine could have the operator copy a disk out of any namespace (the confused deputy).
-Two locks close that door (ADR 0015):
+Two locks close that door (ADR 0016):
 
 - at admission, the chart's ValidatingAdmissionPolicy ``uds-vm-operator-references`` checks the *author* of
   the VM holds ``datavolumes/source`` create in the source namespace (and ``get`` on every Secret named);

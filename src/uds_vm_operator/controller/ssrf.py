@@ -15,7 +15,7 @@ construction (``localhost``, ``*.svc``, ``*.cluster.local``); the reconciler add
 resolves to through the cluster's DNS (the resolver CDI's importer pod uses too). Pure functions; the
 controller supplies the CRD, the CDIConfig and the resolved addresses.
 
-The operator's own lock (issue 32, ADR 0015) does not depend on CDI: an internal host is refused before any
+The operator's own lock (issue 32, ADR 0016) does not depend on CDI: an internal host is refused before any
 child exists unless the admin allowlist (chart value ``ssrf.allowedSourceHosts``, operator flag
 ``--allowed-source-host`` / env ``UDS_VM_ALLOWED_SOURCE_HOSTS``) names it, because the fetched bytes become
 a disk the VM's author can read: an SSRF into metadata services or cluster-internal endpoints.
