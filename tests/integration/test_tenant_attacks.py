@@ -23,6 +23,7 @@ from operator_fixtures import (
     condition,
     dv_path,
     kv_path,
+    release_pvcs,
     running_operator,
     status_of,
     udsvm,
@@ -127,6 +128,9 @@ def world(api: Api) -> Iterator[dict[str, str]]:
         api.delete(f"{VAPB}/{binding['metadata']['name']}")
         api.delete(f"{VAP}/{policy['metadata']['name']}")
         for ns in (tenant_ns, victim_ns):
+            # The victim's db-disk keeps kubernetes.io/pvc-protection without its controller (not in this
+            # control plane): release it, or the namespace stays Terminating and later tests wait on it.
+            release_pvcs(api, ns)
             api.delete(f"/api/v1/namespaces/{ns}")
 
 

@@ -96,7 +96,14 @@ def build_one_version(api: Api, operator: OperatorProcess, namespace: str, versi
         api,
         namespace,
     )
-    assert golden_status(api, namespace)["phase"] == "Cloning"
+    # The operator creates the clone, then records the phase: wait for the status, not just the clone.
+    wait_until(
+        lambda: golden_status(api, namespace).get("phase") == "Cloning",
+        f"status.goldenImage.phase Cloning for v{version}",
+        operator,
+        api,
+        namespace,
+    )
     assert api.get(kv_path(namespace, "win-build"))["spec"]["runStrategy"] == "Halted"
     play_cdi(api, namespace, clone_name, "Succeeded", "100.0%")
     wait_until(

@@ -4,10 +4,7 @@
 # runAsNonRoot). Each is kept as an OCI archive in the build cache, so a warm run rebuilds nothing; when the
 # node's loopback registry is up (.envtest/registry), the images are pushed there as
 # <registry>/<component>:<KUBEVIRT_VERSION>, the references virt-operator's install strategy names.
-# The third image, <registry>/virt-launcher:<KUBEVIRT_VERSION>, is a STAND-IN (tools/kubevirt/launcher-stand-in,
-# ADR 0008): busybox plus two scripts at the paths virt-controller's launcher pod runs, because v1.8.4's
-# virt-launcher does not build here. It lets the real launcher pod run, so packets can reach it; no guest
-# boots in it.
+# The node half, virt-launcher and virt-handler, is built below from a trixie root (ADR 0015).
 # Usage: tools/kubevirt/images.sh [STATE_DIR]   (STATE_DIR defaults to .envtest)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -120,8 +117,11 @@ if [ ! -s "$launcher_archive" ] || [ ! -s "$handler_archive" ]; then
     chown 107:107 /etc/libvirt/hooks/qemu
     rm -rf /var/run && ln -s ../run /var/run
     cp /usr/sbin/libvirtd /usr/libexec/kubevirt/virtqemud
+    setcap cap_net_bind_service+ep /usr/bin/virt-launcher-monitor
   ' >&2
-  buildah config --user 107 --entrypoint '["/usr/bin/virt-launcher"]' --cmd "" \
+  # Root by default, as KubeVirt's own launcher image: virt-controller sets runAsUser 107 on a non-root VM's
+  # pod, and virt-handler's node-labeller init container (same image, privileged) needs root to open /dev/kvm.
+  buildah config --user 0 --entrypoint '["/usr/bin/virt-launcher"]' --cmd "" \
     --label "io.kubevirt.version=${KUBEVIRT_VERSION}" "$c"
   keep_image "$c" "$launcher_ref" "$launcher_archive"
   h="$(buildah from "localhost/kubevirt/$launcher_ref")"

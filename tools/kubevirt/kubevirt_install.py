@@ -36,6 +36,7 @@ from pinned_versions import pinned_versions  # noqa: E402 (tools/envtest is not 
 NAMESPACE = "kubevirt"
 FIELD_MANAGER = "uds-kubevirt-install"
 READY_TIMEOUT_S = 300.0
+KUBELET_DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
 KubeVirtCR = create_namespaced_resource("kubevirt.io", "v1", "KubeVirt", "kubevirts")
 
 # Go strategy accessor -> (apiVersion, kind): the generator's objects do not all carry TypeMeta.
@@ -127,6 +128,13 @@ def handler_daemonset(daemonset: dict[str, Any], host_dirs: Mapping[str, Path]) 
         host_path = volume.get("hostPath")
         if host_path and host_path.get("path") in host_dirs:
             host_path["path"] = str(host_dirs[host_path["path"]])
+    kubelet_root = host_dirs.get("/var/lib/kubelet")
+    if kubelet_root is not None and kubelet_root != Path("/var/lib/kubelet"):
+        # The kubelet serves device plugins at a fixed host path whatever its root: the handler's kvm and tun
+        # plugins must listen there, not under the node's kubelet root mounted at /var/lib/kubelet.
+        pod["volumes"].append({"name": "device-plugins", "hostPath": {"path": KUBELET_DEVICE_PLUGINS}})
+        handler = next(c for c in pod["containers"] if c["name"] == "virt-handler")
+        handler["volumeMounts"].append({"name": "device-plugins", "mountPath": KUBELET_DEVICE_PLUGINS})
     return daemonset
 
 

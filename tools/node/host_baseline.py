@@ -101,6 +101,30 @@ def restore_device_modes(baseline: HostBaseline) -> list[str]:
     return restored
 
 
+# Folders the kubelet makes at fixed host paths whatever its --root-dir (its device-plugin socket directory).
+KUBELET_FIXED_DIRS = (Path("/var/lib/kubelet/device-plugins"), Path("/var/lib/kubelet"))
+
+
+def existing_fixed_dirs() -> list[str]:
+    return [str(path) for path in KUBELET_FIXED_DIRS if path.exists()]
+
+
+def remove_new_fixed_dirs(baseline: HostBaseline) -> list[str]:
+    """Remove the kubelet's fixed-path folders that did not exist before node-up (sockets inside included)."""
+    removed = []
+    for path in KUBELET_FIXED_DIRS:  # innermost first
+        if str(path) in baseline.fixed_dirs or not path.is_dir():
+            continue
+        for entry in path.iterdir():
+            if not entry.is_dir() or entry.is_symlink():
+                with contextlib.suppress(OSError):
+                    entry.unlink()
+        with contextlib.suppress(OSError):
+            path.rmdir()
+            removed.append(str(path))
+    return removed
+
+
 def read_sysctl(name: str) -> str:
     return Path("/proc/sys", *name.split(".")).read_text(encoding="ascii").strip()
 
@@ -121,6 +145,7 @@ class HostBaseline:
     kubepods: list[str] = field(default_factory=list)
     sysctls: dict[str, str] = field(default_factory=dict)
     device_modes: dict[str, int] = field(default_factory=dict)
+    fixed_dirs: list[str] = field(default_factory=list)
 
     @classmethod
     def capture(cls, sysctls: tuple[str, ...]) -> HostBaseline:
@@ -136,6 +161,7 @@ class HostBaseline:
             kubepods=kubepods_cgroups(),
             sysctls={name: read_sysctl(name) for name in sysctls},
             device_modes=device_modes(),
+            fixed_dirs=existing_fixed_dirs(),
         )
 
     def save(self, path: Path) -> None:

@@ -360,7 +360,16 @@ def _start_containerd(paths: cfg.NodePaths, records: list[ProcessRecord], tie: b
     binary = shutil.which("containerd")
     if binary is None:
         raise NodeError("containerd not found; run `make node-deps` (Debian packages containerd runc)")
-    record = _launch(paths, records, "containerd", [binary, "--config", str(paths.containerd_config)], tie)
+    # containerd (and so every pod, hostPID ones included) runs in a PID namespace of the node's own, whose
+    # PID 1 exposes the host's mounts and root to virt-handler (tools/node/pid_namespace_init.py).
+    argv = [
+        sys.executable,
+        str(HERE / "pid_namespace_init.py"),
+        binary,
+        "--config",
+        str(paths.containerd_config),
+    ]
+    record = _launch(paths, records, "containerd", argv, tie)
     _wait("containerd", paths.containerd_socket.exists, record, paths.log_dir / "containerd.log", 30.0)
     ctr = ["ctr", "--address", str(paths.containerd_socket)]
     _wait(
@@ -663,8 +672,38 @@ def container_pid(paths: cfg.NodePaths, pod: dict[str, Any]) -> int:
     for line in listing.splitlines()[1:]:
         fields = line.split()
         if fields and fields[0] == container_id:
-            return int(fields[1])
+            return _host_pid(paths, int(fields[1]))
     raise NodeError(f"containerd on this node runs no task {container_id}")
+
+
+def _host_pid(paths: cfg.NodePaths, node_pid: int) -> int:
+    """The host PID of a process containerd reports by its PID in the node's PID namespace.
+
+    The node's processes descend from the recorded containerd launcher; among them, the one whose NSpid (host,
+    node, ...) names node_pid at the node's level is the one.
+    """
+    launcher = next((r.pid for r in _load_records(paths) if r.name == "containerd"), None)
+    if launcher is None:
+        raise NodeError("no containerd recorded for this node")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            status = (entry / "status").read_text(encoding="utf-8")
+            fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+            nspids = fields.get("NSpid", "").split()
+            if len(nspids) >= 2 and int(nspids[1]) == node_pid and _descends_from(int(entry.name), launcher):
+                return int(entry.name)
+    raise NodeError(f"no process of this node has PID {node_pid} in its PID namespace")
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        status = Path(f"/proc/{pid}/status").read_text(encoding="utf-8")
+        pid = int(next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:")))
+    return False
 
 
 def _shim_pids(paths: cfg.NodePaths) -> set[int]:
@@ -713,6 +752,7 @@ def _down_locked(state_dir: Path, *, stop_plane: bool) -> list[str]:
         removed += host_baseline.remove_new_kubepods(baseline)
         removed += host_baseline.remove_new_shim_sockets(baseline)
         removed += host_baseline.restore_device_modes(baseline)
+        removed += host_baseline.remove_new_fixed_dirs(baseline)
         for name, value in baseline.sysctls.items():
             with contextlib.suppress(OSError):
                 host_baseline.write_sysctl(name, value)
