@@ -127,8 +127,8 @@ cluster-down: ## stop the real node (if any) and the local control plane, by rec
 	@if [ -x $(PY) ]; then $(PY) tools/node/node.py down --with-plane --state-dir $(ENVTEST_DIR); \
 	  $(PY) tools/envtest/controlplane.py down --state-dir $(ENVTEST_DIR); fi
 
-demo: install system-deps node-deps envtest-bins node-bins helm-bin ## the main job on a real node: operator image + chart, a VM verified by a real verifier pod, policy by packets
-	$(PY) tools/demo.py
+demo: install system-deps node-deps envtest-bins node-bins helm-bin kubevirt-images cdi-images guest-image ## the main job, all real: a Debian image prepped, uploaded through CDI, verified, booted by KubeVirt, hardened, isolated, assessed
+	$(PY) tools/demo.py $(DEMO_ARGS)
 
 # --- Real CDI on the real node (issue 15; tools/cdi, ADR 0007) ---
 .PHONY: cdi-bins cdi-images cdi-up cdi-down test-cdi-images

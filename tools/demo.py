@@ -1,24 +1,28 @@
-"""``make demo``: a UDSVirtualMachine on a real node, its disk verified by a real verifier pod, its network
-isolation shown by real packets — and, said plainly, what is still played.
+"""``make demo``: the product's whole promise on real components: an image in, a hardened VM up, evidence out.
 
-Stages (each timed): the control plane and one real node (kubelet, containerd, CNI, kube-proxy, CoreDNS,
-kube-router, a loopback registry: tools/node/); the operator's image built from the repo's Dockerfile with
-buildah and pushed into that registry; `helm install` of chart/ into a namespace that enforces the
-`restricted` Pod Security profile; a VM whose disk was "uploaded" (the demo plays CDI: it writes the bytes
-onto a real loop-backed volume and creates the PVC CDI would create); the operator's verifier pod hashing
-that volume on the node; the VM's NetworkPolicy enforced against a pod with a virt-launcher pod's labels
-(the demo plays KubeVirt's launcher); KubeVirt's "Running" status played last. Everything the demo started
-is removed at the end unless ``--keep`` is given.
+Every stage runs a real component and says which (nothing is played): the control plane and one real node
+(kubelet, containerd, CNI, kube-proxy, CoreDNS, kube-router, a loopback registry: tools/node/); KubeVirt
+v1.8.4 (virt-api, virt-controller, virt-handler with its node labeller and device plugins) and CDI v1.65.0
+(cdi-operator, its controller and upload proxy); the operator's image built from the repo's Dockerfile and
+installed with its chart into a namespace that enforces the `restricted` Pod Security profile. Then the
+field engineer's path: `uds-vmctl prep` of the project's Debian guest image → apply of what prep wrote →
+`uds-vmctl upload` through CDI's real upload proxy → the operator's verifier pod hashes the bytes that landed
+→ KubeVirt boots the guest under software emulation → SSH as the declared user works, password and root
+logins are refused → the VM's NetworkPolicy proven by packets → `uds-vmctl verify`, `inventory` and
+`compliance validate` → a tampered image refused before a byte leaves the machine. The node's provisioner
+role (a static local volume for each claim CDI makes) is the demo's. Everything the demo started is removed
+at the end unless ``--keep`` is given.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,26 +30,35 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools" / "envtest"))
 sys.path.insert(0, str(ROOT / "tools" / "node"))
+sys.path.insert(0, str(ROOT / "tools" / "kubevirt"))
 
-import node_configs as cfg  # noqa: E402
+import guest_ssh  # noqa: E402
+import kubevirt_install  # noqa: E402
 import probes  # noqa: E402
 import volumes  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 import node as node_launcher  # noqa: E402
+from pinned_versions import pinned_versions  # noqa: E402
 from uds_vm_operator.api.quantity import parse_bytes  # noqa: E402
 from uds_vm_operator.cli._errors import CliError  # noqa: E402
 from uds_vm_operator.cli._kube import KubeClient  # noqa: E402
 from uds_vm_operator.cli.inventory import human_age  # noqa: E402
 
 NAMESPACE = "demo"
+OUTSIDER_NAMESPACE = "demo-outsider"
 OPERATOR_NAMESPACE = "uds-vm-operator"
 VM_NAME = "web"
-DISK_BYTES = 64 * 1024 * 1024
+DV_NAME = f"{VM_NAME}-dv"
+GUEST_IMAGE = ROOT / ".envtest" / "guest" / "debian-12.raw"
+UPLOAD_PROXY_NAME = "cdi-uploadproxy.cdi.svc"  # a name in the proxy's certificate (CDI's cert manager)
+API_SERVER_SERVICE = "10.0.0.1"
 MERGE = "application/merge-patch+json"
 APPLY = "application/apply-patch+yaml"
 STRICT = {"fieldManager": "uds-demo", "fieldValidation": "Strict"}
@@ -53,21 +66,27 @@ RESTRICTED = {
     "pod-security.kubernetes.io/enforce": "restricted",
     "pod-security.kubernetes.io/enforce-version": "latest",
 }
+HOSTILE_PASSWORD = "hunter2"
+HOSTILE_USER_DATA = f"""\
+ssh_pwauth: true
+disable_root: false
+chpasswd: {{expire: false, list: ["root:{HOSTILE_PASSWORD}", "ops:{HOSTILE_PASSWORD}"]}}
+"""
 T = TypeVar("T")
 console = Console(highlight=False, width=max(120, Console().width))
 timings: list[tuple[str, float]] = []
+
+
+class DemoError(RuntimeError):
+    """A stage failed; the message names the component and quotes what it said."""
 
 
 def say(message: str) -> None:
     console.print(f"[bold cyan]\\[demo][/] {message}")
 
 
-def play(message: str) -> None:
-    console.print(f"[bold magenta]\\[demo] PLAYED (no real component yet):[/] {message}")
-
-
-def real(message: str) -> None:
-    console.print(f"[bold green]\\[demo] real:[/] {message}")
+def real(component: str, message: str) -> None:
+    console.print(f"[bold green]\\[demo] {component}:[/] {message}")
 
 
 @contextmanager
@@ -82,45 +101,47 @@ def stage(name: str) -> Iterator[None]:
 
 
 def wait(predicate: Callable[[], T | None], timeout_s: float, what: str) -> T:
+    """Poll (bounded) with a live spinner, so no minute passes silently."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
+    started = time.monotonic()
+    with console.status(f"waiting for {what}") as status:
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            status.update(f"waiting for {what} ({time.monotonic() - started:.0f} s)")
+            time.sleep(1.0)
     raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
-def demo_vm(digest: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "uds.dev/v1alpha1",
-        "kind": "UDSVirtualMachine",
-        "metadata": {"name": VM_NAME, "namespace": NAMESPACE},
-        "spec": {
-            "os": "linux",
-            "source": {"upload": {"checksum": digest}},
-            "disk": {"virtualSize": DISK_BYTES, "storageClassName": "udsvm-local"},
-            "resources": {"cpu": 2, "memory": "2Gi"},
-            "runStrategy": "Always",
-            "cloudInit": {
-                "flavor": "debian",
-                "sshAuthorizedKeys": [
-                    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDemoDemoDemoDemoDemoDemoDemoDemoDemoDemoDemo0 "
-                    "ops@site"
-                ],
-            },
-            "network": {"egress": "dns"},
-        },
-    }
+def command(
+    argv: list[str], what: str, *, timeout_s: float = 3600.0, env: dict[str, str] | None = None
+) -> str:
+    """Run one of the project's tools; on failure raise with its own last words."""
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
+    if result.returncode != 0:
+        raise DemoError(
+            f"{what} failed (exit {result.returncode}): {(result.stderr or result.stdout)[-3000:]}"
+        )
+    return result.stdout
+
+
+def vmctl(*args: str) -> subprocess.CompletedProcess[str]:
+    """`uds-vmctl` as the field engineer runs it: a new process, judged by its exit code."""
+    return subprocess.run(
+        [sys.executable, "-m", "uds_vm_operator.cli.main", *args], capture_output=True, text=True, check=False
+    )
 
 
 class Demo:
     """The demo's calls against the node's API server (admin kubeconfig of the test plane)."""
 
-    def __init__(self, state_dir: Path, client: KubeClient) -> None:
+    def __init__(self, state_dir: Path, client: KubeClient, workdir: Path) -> None:
         self.state_dir = state_dir
+        self.kubeconfig = state_dir / "kubeconfig"
         self.paths = node_launcher.paths_for(state_dir)
         self.client = client
+        self.workdir = workdir
 
     def get(self, path: str) -> dict[str, Any] | None:
         body = self.client.request("GET", path, what=f"read {path}")
@@ -131,6 +152,11 @@ class Demo:
             self.client.request("POST", collection, body=manifest, params=STRICT, what="create") or {}
         )
 
+    def apply(self, manifest: dict[str, Any], path: str) -> None:
+        self.client.request(
+            "PATCH", path, body=manifest, content_type=APPLY, params={**STRICT, "force": "true"}, what="apply"
+        )
+
     def namespace(self, name: str, labels: dict[str, str]) -> None:
         if self.get(f"/api/v1/namespaces/{name}") is None:
             self.post(
@@ -138,12 +164,23 @@ class Demo:
                 "/api/v1/namespaces",
             )
 
-    def vm_status(self) -> dict[str, Any]:
-        vm = self.get(f"/apis/uds.dev/v1alpha1/namespaces/{NAMESPACE}/udsvirtualmachines/{VM_NAME}") or {}
-        return dict(vm.get("status") or {})
+    def udsvm(self) -> dict[str, Any]:
+        return self.get(f"/apis/uds.dev/v1alpha1/namespaces/{NAMESPACE}/udsvirtualmachines/{VM_NAME}") or {}
 
-    def busybox_pod(self, namespace: str, name: str, labels: dict[str, str], command: list[str]) -> int:
-        """A busybox pod (image from the node's registry); returns its container's host PID once Ready."""
+    def vm_status(self) -> dict[str, Any]:
+        return dict(self.udsvm().get("status") or {})
+
+    def vmi(self) -> dict[str, Any]:
+        return (
+            self.get(f"/apis/kubevirt.io/v1/namespaces/{NAMESPACE}/virtualmachineinstances/{VM_NAME}") or {}
+        )
+
+    def datavolume(self) -> dict[str, Any]:
+        return self.get(f"/apis/cdi.kubevirt.io/v1beta1/namespaces/{NAMESPACE}/datavolumes/{DV_NAME}") or {}
+
+    def busybox_pod(self, namespace: str, name: str, labels: dict[str, str]) -> int:
+        """A sleeping busybox pod (image from the node's registry); returns its container's host PID once
+        Ready. Probes and the SSH client run in its network namespace."""
         image = (self.state_dir / "busybox-image").read_text(encoding="utf-8").strip()
         pod = {
             "apiVersion": "v1",
@@ -156,7 +193,7 @@ class Demo:
                     {
                         "name": "main",
                         "image": image,
-                        "command": command,
+                        "command": ["sleep", "3600"],
                         "securityContext": {
                             "allowPrivilegeEscalation": False,
                             "runAsNonRoot": True,
@@ -178,54 +215,47 @@ class Demo:
         body = wait(ready, 120, f"pod {namespace}/{name}")
         return node_launcher.container_pid(self.paths, body)
 
+    def provision(self, claim: str) -> volumes.LocalVolume:
+        """The node's provisioner: a real loop-backed volume of exactly the size CDI's claim asks for, as a
+        static local PV bound to it."""
+        pvc = wait(
+            lambda: self.get(f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims/{claim}"),
+            120,
+            f"CDI's claim {claim}",
+        )
+        size = parse_bytes(str(pvc["spec"]["resources"]["requests"]["storage"]), field=f"PVC {claim}")
+        mode = pvc["spec"].get("volumeMode") or "Filesystem"
+        volume = volumes.make_volume(self.paths, size, mode, "ext4")
+        self.post(volume.persistent_volume(claim=(NAMESPACE, claim)), "/api/v1/persistentvolumes")
+        return volume
+
 
 def helm_binary() -> str:
-    result = subprocess.run([str(ROOT / "tools/helm/build.sh")], capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"helm could not be built: {result.stderr[-2000:]}")
-    return result.stdout.strip()
+    return command([str(ROOT / "tools/helm/build.sh")], "building helm").strip()
 
 
 def build_image(state_dir: Path) -> str:
     env = {**os.environ, "ENVTEST_DIR": str(state_dir), "OPERATOR_IMAGE_TAG": "demo"}
-    result = subprocess.run(
-        [str(ROOT / "tools/images/image.sh")], capture_output=True, text=True, env=env, check=False
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"the operator image did not build: {result.stderr[-3000:]}")
-    pinned = (state_dir / "operator-image").read_text(encoding="utf-8").strip()
-    return pinned
+    command([str(ROOT / "tools/images/image.sh")], "the operator image build", env=env)
+    return (state_dir / "operator-image").read_text(encoding="utf-8").strip()
 
 
 def install_chart(demo: Demo, helm: str, image: str) -> None:
     demo.namespace(OPERATOR_NAMESPACE, RESTRICTED)
     repository, digest = image.split("@", 1)  # REGISTRY/uds-vm-operator@sha256:... (make image)
-    argv = [
-        helm,
-        "--kubeconfig",
-        str(demo.state_dir / "kubeconfig"),
-        "upgrade",
-        "--install",
-        "uds-vm-operator",
-        str(ROOT / "chart"),
-        "-n",
-        OPERATOR_NAMESPACE,
-        "--set",
-        f"image.repository={repository}",
-        "--set",
-        "image.tag=demo",
-        "--set",
-        f"image.digest={digest}",
-        # ADR 0016: the operator manages the namespaces it is given (Secret and pod rights only there); its
-        # NetworkPolicy stays off on the demo node (API server on a random port).
-        "--set",
-        f"watchNamespaces={{{NAMESPACE}}}",
-        "--set",
-        "networkPolicy.enabled=false",
-    ]
-    result = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"helm install failed: {result.stderr}")
+    command(
+        [
+            helm, "--kubeconfig", str(demo.kubeconfig), "upgrade", "--install", "uds-vm-operator",
+            str(ROOT / "chart"), "-n", OPERATOR_NAMESPACE,
+            "--set", f"image.repository={repository}", "--set", "image.tag=demo",
+            "--set", f"image.digest={digest}",
+            # ADR 0016: the operator manages the namespaces it is given (Secret and pod rights only there);
+            # the node's import networks are the only HTTP sources it accepts.
+            "--set", f"watchNamespaces={{{NAMESPACE}}}",
+            "--set", "networkPolicy.enabled=false",
+        ],
+        "helm install",
+    )  # fmt: skip
 
     def ready() -> dict[str, Any] | None:
         listing = (
@@ -243,48 +273,75 @@ def install_chart(demo: Demo, helm: str, image: str) -> None:
     pod = wait(ready, 240, "the operator pod to be Ready")
     status = pod["status"]["containerStatuses"][0]
     real(
-        f"operator pod {pod['metadata']['name']} Ready on {pod['spec']['nodeName']}, "
-        f"image {status['imageID']}"
+        "operator",
+        f"pod {pod['metadata']['name']} Ready on {pod['spec']['nodeName']} (restricted PSS), "
+        f"image {status['imageID']}",
     )
 
 
-def upload_disk(demo: Demo, disk: bytes) -> None:
-    """Play CDI's upload: the disk on a real volume, in the PVC CDI would create for the DataVolume."""
-    dv = wait(
-        lambda: demo.get(f"/apis/cdi.kubevirt.io/v1beta1/namespaces/{NAMESPACE}/datavolumes/{VM_NAME}-dv"),
-        60,
-        "the DataVolume",
+def prep_and_apply(demo: Demo, keys: tuple[Path, str]) -> dict[str, Any]:
+    """`uds-vmctl prep` the guest image, then apply what it wrote, with the declared user's key."""
+    out = demo.workdir / "prep"
+    done = vmctl("prep", str(GUEST_IMAGE), "--name", VM_NAME, "-n", NAMESPACE, "-o", str(out), "--json")
+    if done.returncode != 0:
+        raise DemoError(f"uds-vmctl prep failed: {done.stderr[-2000:]}")
+    report = dict(json.loads(done.stdout))
+    real("uds-vmctl prep", f"{report['format']} image, {report['sha256'][:23]}..., PVC {report['pvc_size']}")
+    record = yaml.safe_load((out / f"{VM_NAME}.image-record.configmap.yaml").read_text(encoding="utf-8"))
+    demo.apply(record, f"/api/v1/namespaces/{NAMESPACE}/configmaps/{record['metadata']['name']}")
+    vm = yaml.safe_load((out / f"{VM_NAME}.udsvm.yaml").read_text(encoding="utf-8"))
+    vm["spec"]["disk"].update({"storageClassName": "udsvm-local", "volumeMode": "Filesystem"})
+    vm["spec"]["cloudInit"] = {
+        "flavor": "debian",
+        "users": [{"name": guest_ssh.GUEST_USER, "sshAuthorizedKeys": [keys[1]], "sudo": True}],
+        "userData": HOSTILE_USER_DATA,  # asks for password and root logins: the operator's hardening wins
+    }
+    vm["spec"]["network"] = {
+        "allow": [
+            {
+                "direction": "Ingress",
+                "podSelector": {"matchLabels": {"app": "admin"}},
+                "ports": [{"port": 22}],
+            }
+        ]
+    }
+    demo.apply(vm, f"/apis/uds.dev/v1alpha1/namespaces/{NAMESPACE}/udsvirtualmachines/{VM_NAME}")
+    say(f"applied UDSVirtualMachine {NAMESPACE}/{VM_NAME} (upload, declared {report['sha256'][:23]}...)")
+    return report
+
+
+def upload(demo: Demo) -> None:
+    """Volumes for CDI's claims, then `uds-vmctl upload` through CDI's real upload proxy."""
+    demo.provision(DV_NAME)
+    scratch: list[volumes.LocalVolume] = []
+
+    def upload_ready() -> bool:
+        if not scratch and demo.get(
+            f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims/{DV_NAME}-scratch"
+        ):
+            scratch.append(demo.provision(f"{DV_NAME}-scratch"))
+        return (demo.datavolume().get("status") or {}).get("phase") == "UploadReady"
+
+    wait(upload_ready, 300, f"CDI's upload server for {DV_NAME} (DataVolume UploadReady)")
+    service = demo.get("/api/v1/namespaces/cdi/services/cdi-uploadproxy") or {}
+    bundle = demo.get("/api/v1/namespaces/cdi/configmaps/cdi-uploadproxy-signer-bundle") or {}
+    ca = demo.workdir / "uploadproxy-ca.pem"
+    ca.write_text(bundle["data"]["ca-bundle.crt"], encoding="utf-8")
+    url = f"https://{service['spec']['clusterIP']}:443"
+    started = time.monotonic()
+    done = vmctl(
+        "upload", str(GUEST_IMAGE), "--name", VM_NAME, "-n", NAMESPACE, "--kubeconfig", str(demo.kubeconfig),
+        "--uploadproxy-url", url, "--ca-file", str(ca), "--tls-server-name", UPLOAD_PROXY_NAME,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise DemoError(f"uds-vmctl upload failed: {done.stderr[-2000:]}")
+    real("uds-vmctl upload", f"{GUEST_IMAGE.name} streamed to {url} (TLS checked against CDI's CA)")
+    wait(
+        lambda: (demo.datavolume().get("status") or {}).get("phase") == "Succeeded",
+        600,
+        "DataVolume Succeeded",
     )
-    pvc_spec = dv["spec"]["pvc"]
-    size = parse_bytes(pvc_spec["resources"]["requests"]["storage"], field="DataVolume spec.pvc")
-    room = volumes.filesystem_size_for(len(disk), size)  # ext4 keeps ~8 %: see volumes.filesystem_size_for
-    volume = volumes.make_volume(demo.paths, room, "Filesystem", "ext4")
-    assert volume.mount_point is not None
-    target = volume.mount_point / "disk.img"
-    target.write_bytes(disk)
-    os.chown(target, 107, 107)
-    demo.post(volume.persistent_volume(claim=(NAMESPACE, f"{VM_NAME}-dv")), "/api/v1/persistentvolumes")
-    demo.post(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": f"{VM_NAME}-dv", "namespace": NAMESPACE},
-            "spec": pvc_spec,
-        },
-        f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims",
-    )
-    demo.client.request(
-        "PATCH",
-        f"/apis/cdi.kubevirt.io/v1beta1/namespaces/{NAMESPACE}/datavolumes/{VM_NAME}-dv/status",
-        body={"status": {"phase": "Succeeded", "progress": "100.0%"}},
-        content_type=MERGE,
-        params=STRICT,
-        what="dv status",
-    )
-    play(
-        f"CDI upload: {len(disk) >> 20} MiB written to {volume.device} "
-        f"(ext4 PV of {room >> 20} MiB, claim {size >> 20} MiB), PVC {VM_NAME}-dv bound, DataVolume Succeeded"
-    )
+    real("CDI", f"DataVolume {DV_NAME} Succeeded {time.monotonic() - started:.0f} s after the upload began")
 
 
 def watch_verifier(demo: Demo) -> None:
@@ -293,47 +350,159 @@ def watch_verifier(demo: Demo) -> None:
         statuses = pod.get("status", {}).get("containerStatuses") or []
         return pod if statuses and "terminated" in statuses[0].get("state", {}) else None
 
-    pod = wait(terminated, 180, "the verifier pod to finish")
+    pod = wait(terminated, 600, "the verifier pod to finish")
     state = pod["status"]["containerStatuses"][0]["state"]["terminated"]
     verdict = json.loads(state["message"])
     real(
-        f"verifier pod ran on {pod['spec']['nodeName']} (restricted PSS, read-only PVC, no network): "
-        f"{verdict['result']}, {verdict['bytes']} bytes hashed"
+        "verifier pod",
+        f"ran on {pod['spec']['nodeName']} (restricted PSS, read-only PVC, no network): "
+        f"{verdict['result']}, {verdict['bytes']} bytes hashed",
     )
-    status = wait(lambda: (s := demo.vm_status()).get("checksumVerified") and s, 90, "checksumVerified")
+    status = wait(lambda: (s := demo.vm_status()).get("checksumVerified") and s, 120, "checksumVerified")
+    real("operator", f"status.checksumVerified = true by {status.get('verifiedBy')}")
+
+
+def boot(demo: Demo, admin: int, key: Path, applied_at: float) -> str:
+    """KubeVirt boots the guest; return its address once the declared user logs in."""
+    wait(lambda: (demo.vmi().get("status") or {}).get("phase") == "Running", 600, "KubeVirt's VMI Running")
+    vmi = demo.vmi()
     real(
-        f"status.checksumVerified = true by {status.get('verifiedBy')}; "
-        f"digest {status.get('verifiedDigest', '')[:30]}..."
+        "KubeVirt", f"VMI {VM_NAME} Running on {vmi['status'].get('nodeName')} (virt-handler, virt-launcher)"
     )
+    pods = (
+        demo.get(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=kubevirt.io%3Dvirt-launcher") or {}
+    ).get("items") or []
+    address = str(pods[0]["status"]["podIP"])
+    with console.status("waiting for the guest's sshd (QEMU software emulation)"):
+        guest_ssh.wait_for_login(admin, address, key)
+    real(
+        "guest",
+        f"{guest_ssh.GUEST_USER} logged in over SSH at {address}, "
+        f"{time.monotonic() - applied_at:.0f} s after apply",
+    )
+    return address
 
 
-def show_policy(demo: Demo, outsider_ns: str) -> None:
-    labels = {
-        "uds.dev/vm": VM_NAME,
-        "app.kubernetes.io/managed-by": "uds-vm-operator",
-        "kubevirt.io": "virt-launcher",
+def hardening(demo: Demo, admin: int, address: str, keys: tuple[Path, str], stranger: Path) -> None:
+    who = guest_ssh.ssh(
+        admin, address, guest_ssh.GUEST_USER, keys[0], "id -un; systemctl is-active qemu-guest-agent"
+    )
+    real("guest", f"as the declared key: {' / '.join(who.stdout.split())}")
+    attempts = {
+        "ops by password": guest_ssh.ssh(
+            admin, address, "ops", None, password=HOSTILE_PASSWORD, workdir=demo.workdir
+        ),
+        "root by password": guest_ssh.ssh(
+            admin, address, "root", None, password=HOSTILE_PASSWORD, workdir=demo.workdir
+        ),
+        "root with the declared key": guest_ssh.ssh(admin, address, "root", keys[0]),
+        "ops with an undeclared key": guest_ssh.ssh(admin, address, "ops", stranger),
     }
-    vm_pid = demo.busybox_pod(
-        NAMESPACE, "virt-launcher-web-demo", labels, ["sh", "-c", "httpd -f -p 8080 -h /tmp"]
+    for attempt, result in attempts.items():
+        refused = result.returncode == 255 and "Permission denied" in result.stderr
+        if not refused:
+            raise DemoError(f"hardening: {attempt} was not refused: {result}")
+        real("guest sshd", f"{attempt} -> refused (Permission denied)")
+
+
+def packets(demo: Demo, admin: int, address: str, key: Path) -> None:
+    demo.namespace(OUTSIDER_NAMESPACE, {})
+    outsider = demo.busybox_pod(OUTSIDER_NAMESPACE, "outsider", {"app": "outsider"})
+    if not probes.tcp_blocked(outsider, address, 22):
+        raise DemoError(f"a pod in {OUTSIDER_NAMESPACE} reached the guest's sshd")
+    real("kube-router", f"{OUTSIDER_NAMESPACE}/outsider -> {address}:22 blocked ({VM_NAME}-netpol)")
+    real(
+        "kube-router",
+        f"{NAMESPACE}/admin -> {address}:22 {probes.tcp(admin, address, 22)} (the declared allow)",
     )
-    play(
-        "KubeVirt's virt-launcher pod: a busybox pod with the labels the launcher carries, listening on 8080"
-    )
-    pod = demo.get(f"/api/v1/namespaces/{NAMESPACE}/pods/virt-launcher-web-demo") or {}
-    vm_ip = pod["status"]["podIP"]
-    outsider = demo.busybox_pod(outsider_ns, "outsider", {"app": "outsider"}, ["sleep", "3600"])
-    outcome = wait(
-        lambda: (o := probes.tcp(outsider, vm_ip, 8080)) in ("refused", "timeout") and o,
-        45,
-        "policy enforced",
+    dns = guest_ssh.ssh(
+        admin, address, guest_ssh.GUEST_USER, key, "getent hosts kube-dns.kube-system.svc.cluster.local"
     )
     real(
-        f"from namespace {outsider_ns} to the VM {vm_ip}:8080 -> {outcome} "
-        f"(kube-router enforcing {VM_NAME}-netpol)"
+        "guest",
+        f"DNS from inside the guest -> {dns.stdout.split()[0] if dns.stdout else 'no answer'} "
+        "(egress: DNS only)",
     )
-    answer = probes.dns(vm_pid, "kube-dns.kube-system.svc.cluster.local", cfg.CLUSTER_DNS_IP)
-    real(f"from the VM, DNS to kube-dns -> {answer.get('addresses')} (the only egress allowed)")
-    real(f"from the VM to the API server 10.0.0.1:443 -> {probes.tcp(vm_pid, '10.0.0.1', 443)}")
+    api = guest_ssh.guest_tcp(admin, address, key, API_SERVER_SERVICE, 443)
+    if api == "connected":
+        raise DemoError("the guest reached the API server")
+    real("guest", f"TCP from inside the guest to the API server {API_SERVER_SERVICE}:443 -> {api}")
+
+
+def evidence(demo: Demo) -> None:
+    kube = ("--kubeconfig", str(demo.kubeconfig))
+    verify = vmctl("verify", VM_NAME, "-n", NAMESPACE, "--json", *kube)
+    if verify.returncode != 0:
+        raise DemoError(f"uds-vmctl verify: {verify.stdout}{verify.stderr}")
+    verdict = json.loads(verify.stdout)
+    real("uds-vmctl verify", f"exit 0, {json.dumps({k: verdict[k] for k in list(verdict)[:4]})}")
+    inventory = vmctl("inventory", "-n", NAMESPACE, *kube)
+    console.print(inventory.stdout.rstrip())
+    results = demo.workdir / "assessment-results.yaml"
+    compliance = vmctl("compliance", "validate", "-n", NAMESPACE, "-o", str(results), "--json", *kube)
+    if compliance.returncode != 0:
+        raise DemoError(
+            f"uds-vmctl compliance validate: {compliance.stdout[-2000:]}{compliance.stderr[-2000:]}"
+        )
+    summary = json.loads(compliance.stdout)
+    real("uds-vmctl compliance validate", f"{json.dumps(summary)[:400]} (OSCAL results: {results})")
+
+
+def tampered(demo: Demo) -> None:
+    """One byte changed in a copy of the image: `uds-vmctl upload` refuses it before a byte is sent."""
+    copy = demo.workdir / "tampered.raw"
+    subprocess.run(["cp", "--sparse=always", str(GUEST_IMAGE), str(copy)], check=True, timeout=300)
+    with copy.open("r+b") as handle:
+        handle.seek(1 << 20)
+        byte = handle.read(1)
+        handle.seek(1 << 20)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    done = vmctl(
+        "upload", str(copy), "--name", VM_NAME, "-n", NAMESPACE, "--kubeconfig", str(demo.kubeconfig),
+        "--uploadproxy-url", "https://127.0.0.1:9", "--tls-server-name", UPLOAD_PROXY_NAME,
+    )  # fmt: skip
+    if done.returncode == 0 or "nothing was sent" not in done.stderr:
+        raise DemoError(f"a tampered image was not refused: exit {done.returncode}: {done.stderr[-1500:]}")
+    real(
+        "uds-vmctl upload",
+        f"tampered copy refused, exit {done.returncode}: {done.stderr.strip().splitlines()[-1][:200]}",
+    )
+    copy.unlink()
+
+
+def remove_demo(state_dir: Path) -> None:
+    """Undo the demo on a node it did not start: its namespaces, the chart's release, CDI."""
+    with KubeClient(state_dir / "kubeconfig", timeout_s=30.0) as client:
+        for namespace in (NAMESPACE, OUTSIDER_NAMESPACE):
+            client.request("DELETE", f"/api/v1/namespaces/{namespace}", what="delete namespace")
+        kubeconfig = str(state_dir / "kubeconfig")
+        helm = helm_binary()
+        command(
+            [
+                helm,
+                "--kubeconfig",
+                kubeconfig,
+                "uninstall",
+                "uds-vm-operator",
+                "-n",
+                OPERATOR_NAMESPACE,
+                "--wait",
+            ],
+            "helm uninstall",
+        )
+        client.request("DELETE", f"/api/v1/namespaces/{OPERATOR_NAMESPACE}", what="delete namespace")
+
+        def gone() -> bool:
+            return all(
+                client.request("GET", f"/api/v1/namespaces/{n}", what="namespace") is None
+                for n in (NAMESPACE, OUTSIDER_NAMESPACE, OPERATOR_NAMESPACE)
+            )
+
+        wait(gone, 300, "the demo's namespaces to be deleted")
+    command(
+        [sys.executable, str(ROOT / "tools/cdi/install.py"), "--state-dir", str(state_dir), "--down"],
+        "CDI down",
+    )
 
 
 def print_table(demo: Demo) -> None:
@@ -367,59 +536,60 @@ def print_timings() -> None:
     console.print(table)
 
 
-def run(state_dir: Path) -> None:
+def run(state_dir: Path, workdir: Path, *, reuse_node: bool) -> None:
+    versions = pinned_versions()
     with stage("control plane + real node"):
-        _, node_timings = node_launcher.up(state_dir)
-        real("node: " + ", ".join(f"{k} {v:.1f} s" for k, v in node_timings.items()))
-    with stage("operator image (repo Dockerfile, buildah, offline)"):
+        if reuse_node:
+            if not node_launcher.status(state_dir, quiet=True):
+                raise DemoError(f"--reuse-node: no healthy node in {state_dir} (make node-up)")
+            real("node", f"reusing the running node in {state_dir}")
+        else:
+            _, node_timings = node_launcher.up(state_dir)
+            real("node", ", ".join(f"{k} {v:.1f} s" for k, v in node_timings.items()))
+    with stage("images: operator, KubeVirt, Debian guest"):
         image = build_image(state_dir)
-        real(f"built and pushed {image}")
+        real("buildah", f"operator image {image}")
+        command([str(ROOT / "tools/kubevirt/images.sh"), str(state_dir)], "KubeVirt's images")
+        command([str(ROOT / "tools/guest/image.sh")], "the Debian guest image")
+        real(
+            "registry",
+            f"virt-api, virt-controller, virt-handler, virt-launcher {versions.kubevirt}; "
+            f"guest {GUEST_IMAGE.name}",
+        )
+    with stage(f"KubeVirt {versions.kubevirt}: api, controller, handler"):
+        kubevirt_timings = kubevirt_install.up(state_dir, versions.kubevirt)
+        real("KubeVirt", ", ".join(f"{k} {v:.1f} s" for k, v in kubevirt_timings.items()))
+    with stage("CDI: operator, controller, upload proxy"):
+        out = command(
+            [sys.executable, str(ROOT / "tools/cdi/install.py"), "--state-dir", str(state_dir)], "CDI install"
+        )
+        real("CDI", out.strip().splitlines()[-1])
     with KubeClient(state_dir / "kubeconfig", timeout_s=30.0) as client:
-        demo = Demo(state_dir, client)
+        demo = Demo(state_dir, client, workdir)
         with stage("helm install (restricted namespace)"):
             install_chart(demo, helm_binary(), image)
-        disk = os.urandom(DISK_BYTES)
-        digest = "sha256:" + hashlib.sha256(disk).hexdigest()
-        with stage("VM applied, disk uploaded"):
+        keys = guest_ssh.keypair(workdir, "ops")
+        stranger, _ = guest_ssh.keypair(workdir, "stranger")
+        with stage("uds-vmctl prep + apply"):
             demo.namespace(NAMESPACE, RESTRICTED)
-            client.request(
-                "PATCH",
-                f"/apis/uds.dev/v1alpha1/namespaces/{NAMESPACE}/udsvirtualmachines/{VM_NAME}",
-                body=demo_vm(digest),
-                content_type=APPLY,
-                params={**STRICT, "force": "true"},
-                what="apply",
-            )
-            say(f"applied UDSVirtualMachine {NAMESPACE}/{VM_NAME} (upload, declared {digest[:23]}...)")
-            upload_disk(demo, disk)
-        with stage("SI-7: real verifier pod on a real volume"):
+            applied_at = time.monotonic()
+            prep_and_apply(demo, keys)
+        with stage("uds-vmctl upload through CDI's upload proxy"):
+            upload(demo)
+        with stage("SI-7: the verifier pod on the landed bytes"):
             watch_verifier(demo)
-            wait(
-                lambda: (
-                    (demo.get(f"/apis/kubevirt.io/v1/namespaces/{NAMESPACE}/virtualmachines/{VM_NAME}") or {})
-                    .get("spec", {})
-                    .get("runStrategy")
-                    == "Always"
-                ),
-                60,
-                "the VM to be released",
-            )
-            real("KubeVirt VM runStrategy = Always (released only after the verdict)")
-        with stage("SC-7: policy proven by packets"):
-            demo.namespace("demo-outsider", {})
-            show_policy(demo, "demo-outsider")
-        with stage("KubeVirt reports Running"):
-            play("KubeVirt started the VM (VirtualMachine printableStatus Running, ready true)")
-            client.request(
-                "PATCH",
-                f"/apis/kubevirt.io/v1/namespaces/{NAMESPACE}/virtualmachines/{VM_NAME}/status",
-                body={"status": {"printableStatus": "Running", "ready": True, "created": True}},
-                content_type=MERGE,
-                params=STRICT,
-                what="vm status",
-            )
-            wait(lambda: demo.vm_status().get("phase") == "Ready", 60, "phase Ready")
-            real("status.phase = Ready (reconciled by the operator pod)")
+        with stage("KubeVirt boots the guest (software emulation)"):
+            admin = demo.busybox_pod(NAMESPACE, "admin", {"app": "admin"})
+            address = boot(demo, admin, keys[0], applied_at)
+        with stage("IA-2/AC-17: the guest's hardening"):
+            hardening(demo, admin, address, keys, stranger)
+        with stage("SC-7: the VM's policy proven by packets"):
+            packets(demo, admin, address, keys[0])
+        with stage("evidence: verify, inventory, compliance"):
+            wait(lambda: demo.vm_status().get("phase") == "Ready", 180, "the UDSVirtualMachine Ready")
+            evidence(demo)
+        with stage("SI-7: a tampered image"):
+            tampered(demo)
         print_table(demo)
 
 
@@ -431,32 +601,43 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keep", action="store_true", help="leave the node, the plane and the demo running afterwards"
     )
+    parser.add_argument(
+        "--reuse-node",
+        action="store_true",
+        help="run on the node already up in --state-dir (make node-up; the test tier's node) and afterwards "
+        "remove only what the demo added (its namespaces, the chart, CDI), not the node",
+    )
     args = parser.parse_args(argv)
     state_dir = args.state_dir.resolve()
+    workdir = Path(tempfile.mkdtemp(prefix="uds-demo-"))
     code = 0
     try:
-        run(state_dir)
-    except (
-        node_launcher.NodeError,
-        CliError,
-        TimeoutError,
-        RuntimeError,
-        *node_launcher.controlplane.LAUNCH_ERRORS,
-    ) as error:
-        console.print(f"[red]demo failed:[/] {error}\nlogs: {state_dir / 'logs'}")
-        code = 1
-    except Exception as error:  # a bug: still one line, the logs say the rest
+        run(state_dir, workdir, reuse_node=args.reuse_node)
+    except Exception as error:  # every failure: the stage, the component's own words, and where to look
+        failed = timings[-1][0] if timings else "start"
+        kind = (
+            ""
+            if isinstance(error, DemoError | CliError | TimeoutError | node_launcher.NodeError)
+            else (f" ({type(error).__name__})")
+        )
+        console.print(f"[red]demo failed in stage '{failed}'{kind}:[/] {error}")
         console.print(
-            f"[red]demo failed (unexpected {type(error).__name__}):[/] {error}\nlogs: {state_dir / 'logs'}"
+            f"look: logs in {state_dir / 'logs'}; run `make demo DEMO_ARGS=--keep` and "
+            f"`export KUBECONFIG={state_dir / 'kubeconfig'}` to inspect the cluster afterwards"
         )
         code = 1
     finally:
         if args.keep:
             say(f"left running: export KUBECONFIG={state_dir / 'kubeconfig'}  (stop: make cluster-down)")
+        elif args.reuse_node:
+            with stage("teardown (what the demo added)"):
+                remove_demo(state_dir)
+                say("demo namespaces, the chart and CDI removed; the node keeps running")
         else:
             with stage("teardown (make cluster-down)"):
                 removed = node_launcher.down(state_dir, stop_plane=True)
                 say(f"node and plane stopped; {len(removed)} host objects removed")
+            shutil.rmtree(workdir, ignore_errors=True)
         print_timings()
     return code
 

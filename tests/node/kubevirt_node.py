@@ -51,11 +51,15 @@ def kubevirt_fixture(node: NodeHandle) -> NodeHandle:
     return node
 
 
+BLANK_DISK_BYTES = 64 * 1024 * 1024
+"""udsvm_spec's virtual size: the blank disk.img a volume without an image holds."""
+
+
 def udsvm_spec(url: str = "https://images.example/web.qcow2") -> dict[str, Any]:
     """A VM from an HTTP image with a declared digest (CDI verifies it on import; played here)."""
     return {
         "source": {"http": {"url": url, "checksum": SHA}},
-        "disk": {"virtualSize": 64 * 1024 * 1024, "storageClassName": "udsvm-local"},
+        "disk": {"virtualSize": BLANK_DISK_BYTES, "storageClassName": "udsvm-local"},
         "cloudInit": {"sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEx4mpl3 k@host"]},
     }
 
@@ -73,8 +77,8 @@ def udsvm(namespace: str, name: str = "web", **spec: Any) -> dict[str, Any]:
 def play_cdi_import(node: NodeHandle, namespace: str, dv_name: str, image: Path | None = None) -> None:
     """What CDI's HTTP import leaves: the PVC named after the DataVolume and owned by it, bound to a real
     node volume holding ``image`` (a raw disk) as disk.img owned by the qemu user, and the DataVolume
-    Succeeded (CDI checked the declared sha256 on the way). Without ``image`` the volume holds no disk.img:
-    KubeVirt then makes an empty one, and the guest finds nothing to boot."""
+    Succeeded (CDI checked the declared sha256 on the way). Without ``image`` disk.img is a blank raw disk of
+    the declared virtual size (what CDI leaves for a blank source): the guest finds nothing to boot."""
     dv = wait_until(
         f"DataVolume {dv_name}",
         lambda: node.api.get(f"{DV_API}/namespaces/{namespace}/datavolumes/{dv_name}"),
@@ -85,11 +89,14 @@ def play_cdi_import(node: NodeHandle, namespace: str, dv_name: str, image: Path 
     volume = node.volume(
         volumes.filesystem_size_for(content, size), "Filesystem", "ext4", claim=(namespace, dv_name)
     )
+    assert volume.mount_point is not None
+    target = volume.mount_point / "disk.img"
     if image is not None:
-        assert volume.mount_point is not None
-        target = volume.mount_point / "disk.img"
         subprocess.run(["cp", "--sparse=always", str(image), str(target)], check=True, timeout=300)
-        os.chown(target, 107, 107)
+    else:
+        with target.open("wb") as blank:
+            blank.truncate(BLANK_DISK_BYTES)
+    os.chown(target, 107, 107)
     owner = {
         "apiVersion": "cdi.kubevirt.io/v1beta1",
         "kind": "DataVolume",

@@ -10,7 +10,7 @@ import pytest
 from uds_vm_operator.api import SpecError, parse_vm_spec
 from uds_vm_operator.render import ClusterFacts, Owner, live_migration_refusal
 from uds_vm_operator.render.admission import virtual_machine_violations
-from uds_vm_operator.render.virtualmachine import render_virtual_machine
+from uds_vm_operator.render.virtualmachine import render_virtual_machine, stable_mac_address
 
 OWNER = Owner("web", "apps", "uid-1")
 BASE: dict[str, Any] = {"source": {"upload": {}}, "disk": {"virtualSize": "1Gi"}}
@@ -51,7 +51,8 @@ def test_hardened_device_defaults() -> None:
     manifest = vm(BASE)
     devices = domain(manifest)["devices"]
     assert devices["autoattachGraphicsDevice"] is False
-    assert devices["interfaces"] == [{"name": "default", "masquerade": {}}]
+    [interface] = devices["interfaces"]
+    assert {k: v for k, v in interface.items() if k != "macAddress"} == {"name": "default", "masquerade": {}}
     assert manifest["spec"]["template"]["spec"]["networks"] == [{"name": "default", "pod": {}}]
     labels = manifest["spec"]["template"]["metadata"]["labels"]
     assert labels["uds.dev/vm"] == "web", "the NetworkPolicy selects the virt-launcher pod by this label"
@@ -264,3 +265,13 @@ def test_sysprep_volume_as_a_plain_disk_is_caught() -> None:
             disk.pop("cdrom")
             disk["disk"] = {"bus": "sata"}
     assert any("cdrom" in problem for problem in virtual_machine_violations(manifest))
+
+
+def test_the_guest_nic_keeps_its_mac_across_starts() -> None:
+    """A restart must not hand the guest a new NIC (its network config may be bound to the MAC)."""
+    first = domain(vm(BASE))["devices"]["interfaces"][0]["macAddress"]
+    assert first == domain(vm(BASE))["devices"]["interfaces"][0]["macAddress"]
+    octets = [int(part, 16) for part in first.split(":")]
+    assert len(octets) == 6 and octets[0] & 0x02 and not octets[0] & 0x01, "locally administered unicast"
+    other = stable_mac_address(Owner(name="db", namespace="apps", uid="u2"))
+    assert other != first

@@ -9,6 +9,7 @@ excludes explicit CPU and memory.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from uds_vm_operator import MANAGED_BY_LABEL
@@ -206,6 +207,21 @@ the VMI, and so the VirtualMachine's ``status.ready``, turns Ready only when the
 booted to userspace. A guest whose boot is broken never becomes Ready, and a pool roll waits for it."""
 
 
+def stable_mac_address(owner: Owner) -> str:
+    """The guest NIC's MAC address, the same on every start of this VM.
+
+    KubeVirt gives each new VMI a random MAC unless the VM names one, and a guest's network configuration is
+    commonly bound to its NIC's MAC (cloud-init renders ``[Match] MACAddress=`` on the first boot): after a
+    restart such a guest finds no configured NIC and has no network at all (measured on the real KubeVirt:
+    the Debian guest's eth0 ``unmanaged`` after ``uds-vmctl power restart``). The address is derived from the
+    VM's namespace and name, locally administered and unicast; it only exists on the launcher pod's own
+    bridge (masquerade), so it never meets another VM's on a shared segment.
+    """
+    digest = bytearray(hashlib.sha256(f"{owner.namespace}/{owner.name}".encode()).digest()[:6])
+    digest[0] = (digest[0] & 0xFC) | 0x02
+    return ":".join(f"{octet:02x}" for octet in digest)
+
+
 def render_virtual_machine(
     owner: Owner, spec: UDSVirtualMachineSpec, facts: ClusterFacts, *, run_strategy: str | None = None
 ) -> dict[str, Any]:
@@ -221,7 +237,7 @@ def render_virtual_machine(
     devices: dict[str, Any] = {
         "autoattachGraphicsDevice": False,
         "disks": disks,
-        "interfaces": [{"name": POD_NETWORK, "masquerade": {}}],
+        "interfaces": [{"name": POD_NETWORK, "masquerade": {}, "macAddress": stable_mac_address(owner)}],
     }
     if tpm:
         devices["tpm"] = {"persistent": True} if facts.persistent_vm_state else {}

@@ -35,9 +35,9 @@ from kubevirt_guest import (
 )
 from kubevirt_node import kubevirt_fixture, the_launcher_pod, vmi_path  # noqa: F401 (the session fixture)
 from node_cluster import NodeHandle, wait_until
+
 from cdi.upload_support import VM as UPLOADED
 from cdi.upload_support import prep_and_apply, succeeded, upload_ready, vmctl_upload
-
 from integration.operator_harness import OperatorProcess
 
 NAMESPACE = "cdi-boot"
