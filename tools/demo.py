@@ -556,22 +556,25 @@ def run(state_dir: Path, workdir: Path, *, reuse_node: bool) -> None:
             f"virt-api, virt-controller, virt-handler, virt-launcher {versions.kubevirt}; "
             f"guest {GUEST_IMAGE.name}",
         )
-    with stage(f"KubeVirt {versions.kubevirt}: api, controller, handler"):
-        kubevirt_timings = kubevirt_install.up(state_dir, versions.kubevirt)
-        real("KubeVirt", ", ".join(f"{k} {v:.1f} s" for k, v in kubevirt_timings.items()))
+    # CDI first: virt-api restarts whenever CDI's DataSource API appears or goes (KubeVirt watches it).
     with stage("CDI: operator, controller, upload proxy"):
         out = command(
             [sys.executable, str(ROOT / "tools/cdi/install.py"), "--state-dir", str(state_dir)], "CDI install"
         )
         real("CDI", out.strip().splitlines()[-1])
+    with stage(f"KubeVirt {versions.kubevirt}: api, controller, handler"):
+        kubevirt_timings = kubevirt_install.up(state_dir, versions.kubevirt)
+        real("KubeVirt", ", ".join(f"{k} {v:.1f} s" for k, v in kubevirt_timings.items()))
     with KubeClient(state_dir / "kubeconfig", timeout_s=30.0) as client:
         demo = Demo(state_dir, client, workdir)
         with stage("helm install (restricted namespace)"):
+            demo.namespace(
+                NAMESPACE, RESTRICTED
+            )  # the chart grants the operator its rights in the namespaces it manages
             install_chart(demo, helm_binary(), image)
         keys = guest_ssh.keypair(workdir, "ops")
         stranger, _ = guest_ssh.keypair(workdir, "stranger")
         with stage("uds-vmctl prep + apply"):
-            demo.namespace(NAMESPACE, RESTRICTED)
             applied_at = time.monotonic()
             prep_and_apply(demo, keys)
         with stage("uds-vmctl upload through CDI's upload proxy"):

@@ -148,5 +148,7 @@ def test_a_crashed_node_comes_back_and_cluster_down_leaves_nothing(node: NodeHan
             assert now == chains, f"{tool} -t {table} is not as it was: {_iptables_drift(chains, now)}"
     assert host_baseline.kubepods_pids(baseline) == set()
     assert all(host_baseline.read_sysctl(k) == v for k, v in baseline.sysctls.items()), "sysctls restored"
+    assert host_baseline.device_modes() == baseline.device_modes, "/dev/kvm and /dev/net/tun keep their modes"
+    assert host_baseline.existing_fixed_dirs() == baseline.fixed_dirs, "the kubelet's fixed folders are gone"
     assert not fresh_paths.pids.exists() and not (fresh / "pids.json").exists()
     shutil.rmtree(fresh)
