@@ -60,6 +60,7 @@ DV_NAME = f"{VM_NAME}-dv"
 GUEST_IMAGE = ROOT / ".envtest" / "guest" / "debian-12.raw"
 UPLOAD_PROXY_NAME = "cdi-uploadproxy.cdi.svc"  # a name in the proxy's certificate (CDI's cert manager)
 API_SERVER_SERVICE = "10.0.0.1"
+KUBE_DNS_NAME = "kube-dns.kube-system.svc.cluster.local"
 MERGE = "application/merge-patch+json"
 APPLY = "application/apply-patch+yaml"
 STRICT = {"fieldManager": "uds-demo", "fieldValidation": "Strict"}
@@ -416,32 +417,16 @@ def packets(demo: Demo, admin: int, address: str, key: Path) -> None:
         "kube-router",
         f"{NAMESPACE}/admin -> {address}:22 {probes.tcp(admin, address, 22)} (the declared allow)",
     )
-    dns = guest_ssh.ssh(admin, address, guest_ssh.GUEST_USER, key, _dns_query_script())
-    real(
-        "guest",
-        f"DNS from inside the guest -> {dns.stdout.split()[0] if dns.stdout else 'no answer'} "
-        "(egress: DNS only)",
+    dns = guest_ssh.guest_dns_lookup(
+        admin, address, key, "kube-dns.kube-system.svc.cluster.local", cfg.CLUSTER_DNS_IP
     )
+    if dns != cfg.CLUSTER_DNS_IP:
+        raise DemoError(f"the guest's DNS query to {cfg.CLUSTER_DNS_IP} got {dns}")
+    real("guest", f"DNS query from inside the guest to {cfg.CLUSTER_DNS_IP} -> {dns} (egress: DNS only)")
     api = guest_ssh.guest_tcp(admin, address, key, API_SERVER_SERVICE, 443)
     if api == "connected":
         raise DemoError("the guest reached the API server")
     real("guest", f"TCP from inside the guest to the API server {API_SERVER_SERVICE}:443 -> {api}")
-
-
-def _dns_query_script() -> str:
-    """A real DNS A query for kube-dns's own name, sent by the guest to the cluster DNS address over UDP.
-
-    Raw, because the guest's resolver (systemd-resolved) sends ``.local`` names to mDNS only, never to DNS.
-    Prints the answer's address (the last 4 bytes of a one-answer A response)."""
-    name = "kube-dns.kube-system.svc.cluster.local"
-    return (
-        "python3 -c 'import socket,struct\n"
-        f'q=struct.pack(">HHHHHH",4660,256,1,0,0,0)+bytes().join(bytes([len(p)])+p.encode() for p in '
-        f'"{name}".split("."))+bytes(1)+struct.pack(">HH",1,1)\n'
-        "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);s.settimeout(3)\n"
-        f's.sendto(q,("{cfg.CLUSTER_DNS_IP}",53));r=s.recv(512)\n'
-        'print(".".join(map(str,r[-4:])))\''
-    )
 
 
 def evidence(demo: Demo) -> None:

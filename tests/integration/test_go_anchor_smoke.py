@@ -73,6 +73,10 @@ def _comparable(child: dict[str, Any]) -> dict[str, Any]:
     (meta.get("annotations") or {}).pop(APPLIED_HASH_ANNOTATION, None)
     for ref in meta.get("ownerReferences") or []:
         ref.pop("uid", None)
+    if body.get("kind") == "VirtualMachine":  # the guest NIC's MAC is derived from the namespace and name
+        devices = body["spec"]["template"]["spec"]["domain"]["devices"]
+        for interface in devices.get("interfaces") or []:
+            interface.pop("macAddress", None)
     return body
 
 

@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from guest_ssh import BOOT_TIMEOUT_S, GUEST_USER, SshResult, guest_tcp, keypair, ssh, wait_for_login
+from guest_ssh import (
+    BOOT_TIMEOUT_S,
+    GUEST_USER,
+    SshResult,
+    guest_dns_lookup,
+    guest_tcp,
+    keypair,
+    ssh,
+    wait_for_login,
+)
 
 __all__ = [
     "BOOT_TIMEOUT_S",
@@ -26,6 +35,7 @@ __all__ = [
     "boot_id",
     "booted_cloud_init",
     "build_guest_image",
+    "guest_dns_lookup",
     "guest_tcp",
     "keypair",
     "make_keys",

@@ -30,6 +30,7 @@ from kubevirt_guest import (
     GuestKeys,
     booted_cloud_init,
     build_guest_image,
+    guest_dns_lookup,
     guest_tcp,
     make_keys,
     ssh,
@@ -64,6 +65,7 @@ NETWORK = {
 }
 GUEST_DISK = {"virtualSize": 2 * 1024**3, "storageClassName": "udsvm-local"}
 UNLISTED_PORT = 8080
+KUBE_DNS_NAME = "kube-dns.kube-system.svc.cluster.local"
 """A port the test opens inside the guest and the policy does not name."""
 
 
@@ -144,8 +146,10 @@ def assert_isolated(node: NodeHandle, pod: dict[str, Any], peers: Peers, keys: G
         "guest egress to another db port"
     )
     assert guest_tcp(peers.admin, ip, keys.ops, "10.0.0.1", 443) == "failed", "guest egress to the API server"
-    dns = ssh(peers.admin, ip, GUEST_USER, keys.ops, "getent hosts kube-dns.kube-system.svc.cluster.local")
-    assert dns.returncode == 0 and dns.stdout.split()[0] == cfg.CLUSTER_DNS_IP, f"DNS stays open: {dns}"
+    dns = guest_dns_lookup(
+        peers.admin, ip, keys.ops, "kube-dns.kube-system.svc.cluster.local", cfg.CLUSTER_DNS_IP
+    )
+    assert dns == cfg.CLUSTER_DNS_IP, f"DNS stays open: the guest's query got {dns}"
 
 
 def test_the_booted_guest_gets_only_the_traffic_its_policy_allows(  # noqa: PLR0917 (fixtures)

@@ -101,3 +101,24 @@ def guest_tcp(pid: int, host: str, key: Path, target: str, port: int) -> str:
     result = ssh(pid, host, GUEST_USER, key, script)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip().splitlines()[-1]
+
+
+def guest_dns_lookup(pid: int, host: str, key: Path, name: str, server: str) -> str:
+    """An A query for ``name`` sent by the guest itself to ``server`` over UDP port 53 (3 s): the answer's
+    address, or "failed".
+
+    A raw query, because the guest's resolver (systemd-resolved) sends ``.local`` names, cluster names
+    included, to mDNS only, never to a DNS server: a name lookup would prove nothing about the policy.
+    """
+    labels = "+".join(f"bytes([{len(part)}])+{part.encode()!r}" for part in name.split("."))
+    script = (
+        "import socket,struct\n"
+        f"q=struct.pack('>HHHHHH',4660,256,1,0,0,0)+{labels}+bytes(1)+struct.pack('>HH',1,1)\n"
+        "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+        "s.settimeout(3)\n"
+        f"s.sendto(q,('{server}',53))\n"
+        "r=s.recv(512)\n"
+        "print('.'.join(map(str,r[-4:])) if r[3]&15==0 and r[7] else 'failed')\n"
+    )
+    result = ssh(pid, host, GUEST_USER, key, f'python3 -c "{script}" 2>/dev/null || echo failed')
+    return result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "failed"
