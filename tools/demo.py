@@ -217,6 +217,16 @@ class Demo:
         body = wait(ready, 120, f"pod {namespace}/{name}")
         return node_launcher.container_pid(self.paths, body)
 
+    def launcher_pid(self) -> int:
+        """The host PID of the VM's virt-launcher pod: its network namespace is where the guest's traffic
+        leaves, masqueraded, and where the VM's NetworkPolicy applies."""
+        pods = (
+            self.get(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=kubevirt.io%3Dvirt-launcher") or {}
+        ).get("items") or []
+        if not pods:
+            raise DemoError("KubeVirt made no virt-launcher pod for the VM")
+        return node_launcher.container_pid(self.paths, pods[0])
+
     def provision(self, claim: str) -> volumes.LocalVolume:
         """The node's provisioner: a real loop-backed volume of exactly the size CDI's claim asks for, as a
         static local PV bound to it."""
@@ -417,12 +427,12 @@ def packets(demo: Demo, admin: int, address: str, key: Path) -> None:
         "kube-router",
         f"{NAMESPACE}/admin -> {address}:22 {probes.tcp(admin, address, 22)} (the declared allow)",
     )
-    dns = guest_ssh.guest_dns_lookup(
-        admin, address, key, "kube-dns.kube-system.svc.cluster.local", cfg.CLUSTER_DNS_IP
-    )
-    if dns != cfg.CLUSTER_DNS_IP:
-        raise DemoError(f"the guest's DNS query to {cfg.CLUSTER_DNS_IP} got {dns}")
-    real("guest", f"DNS query from inside the guest to {cfg.CLUSTER_DNS_IP} -> {dns} (egress: DNS only)")
+    at_pod = probes.dns(demo.launcher_pid(), KUBE_DNS_NAME, cfg.CLUSTER_DNS_IP)
+    if at_pod.get("addresses") != [cfg.CLUSTER_DNS_IP]:
+        raise DemoError(f"DNS from the VM's launcher pod to {cfg.CLUSTER_DNS_IP}: {at_pod}")
+    real("kube-router", f"DNS from the VM's launcher pod -> {at_pod.get('addresses')} (egress: DNS only)")
+    dns = guest_ssh.guest_dns_lookup(admin, address, key, KUBE_DNS_NAME, cfg.CLUSTER_DNS_IP)
+    real("guest", f"DNS query from inside the guest to {cfg.CLUSTER_DNS_IP} -> {dns}")
     api = guest_ssh.guest_tcp(admin, address, key, API_SERVER_SERVICE, 443)
     if api == "connected":
         raise DemoError("the guest reached the API server")
