@@ -129,7 +129,13 @@ def booted_launcher(
 def assert_isolated(node: NodeHandle, pod: dict[str, Any], peers: Peers, keys: GuestKeys) -> None:
     """The policy of NETWORK, by packets to and from the booted guest of a launcher pod."""
     ip = pod["status"]["podIP"]
-    listen = f"nohup python3 -m http.server {UNLISTED_PORT} >/dev/null 2>&1 & sleep 1; echo started"
+    # Wait (bounded, 60 s) until the listener accepts: python3 starts slowly under software emulation.
+    listen = (
+        f"nohup python3 -m http.server {UNLISTED_PORT} >/dev/null 2>&1 & "
+        f"for i in $(seq 60); do (exec 3<>/dev/tcp/127.0.0.1/{UNLISTED_PORT}) 2>/dev/null && break; "
+        "sleep 1; done; "
+        "echo started"
+    )
     assert ssh(peers.admin, ip, GUEST_USER, keys.ops, listen).returncode == 0
     inside = guest_tcp(peers.admin, ip, keys.ops, "127.0.0.1", UNLISTED_PORT)
     assert inside == "connected", f"the guest listens on {UNLISTED_PORT} (from inside)"
