@@ -32,8 +32,19 @@ app.kubernetes.io/component: operator
 {{- toJson $clean -}}
 {{- end }}
 
-{{/* The operator's image; the verifier pods it starts (SI-7) run the very same reference. With
-image.digest the reference is pinned (repository:tag@digest): the node runs exactly the bytes that were signed. */}}
+{{/* The operator's image; the verifier pods it starts (SI-7) run the very same reference. Pinned by default
+(repository:tag@digest): the node runs exactly the bytes that were signed. A tag-only reference is an explicit
+opt-out (image.allowUnpinned), never what an empty value silently gives. */}}
 {{- define "uds-vm-operator.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag }}{{ with .Values.image.digest }}@{{ . }}{{ end }}
+{{- $digest := toString (.Values.image.digest | default "") -}}
+{{- if $digest -}}
+{{- if not (regexMatch "^sha256:[a-f0-9]{64}$" $digest) -}}
+{{- fail (printf "image.digest must be sha256: and 64 hex digits (as `make image` prints it), not %q" $digest) -}}
+{{- end -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag }}@{{ $digest }}
+{{- else if .Values.image.allowUnpinned -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{- else -}}
+{{- fail "image.digest is required: the operator's image is pinned by digest (--set image.digest=sha256:..., as `make image` or `make zarf-build` prints it); image.allowUnpinned=true accepts a tag alone (SI-7/CM-14 then rest on the registry's tag)" -}}
+{{- end -}}
 {{- end }}

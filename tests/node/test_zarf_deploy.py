@@ -1,12 +1,17 @@
 """The air-gap promise end to end on the real node: the Zarf package built, inspected, and deployed by Zarf.
 
 - `zarf package create` (tools/zarf/package.sh, what `make zarf-build` runs) with the zarf CLI built from its
-  Go module and the operator image built from this checkout into the node's loopback registry;
+  Go module and the operator image built from this checkout into the node's loopback registry, pinned by
+  digest and signed with cosign (a site key made here); the package is signed with the same key;
+- the deploy path verifies the package (`--key --verify`): a tampered component, a package signed by another
+  key and an unsigned one are each refused before anything reaches the cluster;
 - `zarf package inspect sbom` shows the SBOMs Zarf generated (one per image, SPDX/syft JSON);
 - `zarf init` with that registry as an external registry, from the init package built out of the init
   definition in the Zarf module with the zarf agent image built here (tools/zarf/init-package.sh);
-- `zarf package deploy` installs the CRDs and the operator chart; the zarf agent rewrites the operator's
-  image to the registry, the operator becomes Available (the package's own wait action) and reconciles a VM
+- `zarf package deploy` creates the operator's namespace with the restricted Pod Security profile, installs
+  the CRDs and the operator chart; the zarf agent rewrites the operator's image to the registry, by the
+  package's digest, and the image's signature (carried in the package) verifies there with cosign; the
+  operator becomes Available (the package's own wait action) and reconciles a VM
   (CDI and KubeVirt are their CRDs on the node's control plane: the VM's DataVolume and VirtualMachine are
   created and the VM reports its phase; nothing imports or boots here).
 
@@ -19,8 +24,9 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,13 +69,133 @@ def zarf(zarf_env: dict[str, str]) -> Path:
     return Path(run([str(ROOT / "tools/zarf/build.sh")], env=zarf_env, what="building zarf").strip())
 
 
+SITE_KEY_PASSWORD = "site-test-only"
+
+
+def cosign() -> str:
+    return subprocess.run(
+        [str(ROOT / "tools/cosign/build.sh")], check=True, text=True, capture_output=True
+    ).stdout.strip()
+
+
+def cosign_keypair(directory: Path) -> Path:
+    """A cosign key pair in ``directory`` (password SITE_KEY_PASSWORD); returns the private key's path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [cosign(), "generate-key-pair"],
+        cwd=directory,
+        env={**os.environ, "COSIGN_PASSWORD": SITE_KEY_PASSWORD},
+        check=True,
+        capture_output=True,
+    )
+    return directory / "cosign.key"
+
+
 @pytest.fixture(scope="module")
 def package(zarf: Path, zarf_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`make zarf-build` with a site's own signing key (ZARF_SIGNING_KEY, COSIGN_PASSWORD)."""
     out = tmp_path_factory.mktemp("zarf-out")
-    path = run(
-        [str(ROOT / "tools/zarf/package.sh")], env={**zarf_env, "ZARF_OUT": str(out)}, what="make zarf-build"
-    )
+    key = cosign_keypair(tmp_path_factory.mktemp("site-key"))
+    signing = {"ZARF_OUT": str(out), "ZARF_SIGNING_KEY": str(key), "COSIGN_PASSWORD": SITE_KEY_PASSWORD}
+    path = run([str(ROOT / "tools/zarf/package.sh")], env={**zarf_env, **signing}, what="make zarf-build")
+    assert (out / "uds-vm-operator-signing.pub").read_bytes() == key.with_suffix(".pub").read_bytes()
     return Path(path.strip())
+
+
+def public_key(package: Path) -> Path:
+    """The key `make zarf-build` put beside the package."""
+    return package.parent / "uds-vm-operator-signing.pub"
+
+
+def deploy_args(zarf: Path, package: Path, ns: str, key: Path) -> list[str]:
+    """`zarf package deploy` as the runbook gives it: the signature verified first, against ``key``."""
+    return [
+        str(zarf), "package", "deploy", str(package), "--key", str(key), "--verify",
+        "--confirm", "--adopt-existing-resources",
+        # ADR 0016: the namespaces the operator manages; its NetworkPolicy stays off on this node.
+        "--set", f"VM_NAMESPACES={ns}", "--set", "OPERATOR_NETWORK_POLICY=false", *CONSOLE_FLAGS,
+    ]  # fmt: skip
+
+
+def repacked(package: Path, work: Path, change: Callable[[Path], None]) -> Path:
+    """A copy of ``package`` with ``change`` applied to its unpacked files (an attacker on the way)."""
+    tree = work / "tree"
+    tree.mkdir(parents=True)
+    subprocess.run(["tar", "--zstd", "-xf", str(package), "-C", str(tree)], check=True)
+    change(tree)
+    out = work / package.name
+    names = sorted(p.name for p in tree.iterdir())
+    subprocess.run(["tar", "--zstd", "-cf", str(out), "-C", str(tree), *names], check=True)
+    return out
+
+
+def weaken_the_namespace(tree: Path) -> None:
+    """Edit the operator namespace's manifest inside the CRDs component: Pod Security `privileged`."""
+    component = tree / "components/uds-vm-operator-crds.tar"
+    unpacked = tree / "crds-unpacked"
+    unpacked.mkdir()
+    subprocess.run(["tar", "-xf", str(component), "-C", str(unpacked)], check=True)
+    edited = [
+        path
+        for path in unpacked.rglob("*.yaml")
+        if "pod-security.kubernetes.io/enforce: restricted" in path.read_text()
+    ]
+    assert edited, "the package carries the restricted namespace"
+    for path in edited:
+        path.write_text(path.read_text().replace("enforce: restricted", "enforce: privileged"))
+    subprocess.run(["tar", "-cf", str(component), "-C", str(unpacked), "."], check=True)
+    shutil.rmtree(unpacked)
+
+
+def resign_with(key: Path) -> Callable[[Path], None]:
+    """Replace the package's signature with one by ``key`` (someone else's key)."""
+
+    def change(tree: Path) -> None:
+        (tree / "zarf.yaml.sig").unlink()
+        subprocess.run(
+            [cosign(), "sign-blob", "--yes", "--key", str(key), "--use-signing-config=false",
+             "--tlog-upload=false", "--new-bundle-format=false", "--output-signature",
+             str(tree / "zarf.yaml.sig"), str(tree / "zarf.yaml")],
+            env={**os.environ, "COSIGN_PASSWORD": SITE_KEY_PASSWORD}, check=True, capture_output=True,
+        )  # fmt: skip
+
+    return change
+
+
+def strip_signature(tree: Path) -> None:
+    (tree / "zarf.yaml.sig").unlink()
+
+
+@pytest.mark.timeout(900)
+def test_a_tampered_foreign_or_unsigned_package_is_refused_before_it_reaches_the_cluster(
+    *, node: NodeHandle, zarf: Path, zarf_env: dict[str, str], package: Path, ns: str, tmp_path: Path
+) -> None:
+    verified = subprocess.run(
+        [str(zarf), "package", "verify", str(package), "--key", str(public_key(package)), "--no-color"],
+        capture_output=True, text=True, env=zarf_env, check=False,
+    )  # fmt: skip
+    assert verified.returncode == 0, verified.stderr
+    foreign = resign_with(cosign_keypair(tmp_path / "other-key"))
+    attacks = {
+        "a component edited": (weaken_the_namespace, "expected sha256 of"),
+        "signed by another key": (foreign, "signature verification failed"),
+        "unsigned": (strip_signature, "signature verification failed"),
+    }
+    for what, (change, message) in attacks.items():
+        bad = repacked(package, tmp_path / what.replace(" ", "-"), change)
+        refused = subprocess.run(
+            deploy_args(zarf, bad, ns, public_key(package)),
+            capture_output=True,
+            text=True,
+            env=zarf_env,
+            check=False,
+            timeout=300,
+        )
+        assert refused.returncode != 0, f"{what}: deployed"
+        assert message in refused.stderr, f"{what}: {refused.stderr[-2000:]}"
+        print(f"refused ({what}): {refused.stderr.strip().splitlines()[-1]}")
+    # Nothing reached the cluster: no operator namespace, no Zarf state of the package.
+    assert node.api.get(f"/api/v1/namespaces/{OPERATOR_NS}") is None
 
 
 @pytest.fixture
@@ -225,24 +351,9 @@ def test_the_zarf_package_is_built_inspected_initialised_and_deployed_and_its_op
         crd_path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}"
         node.api.delete(crd_path)
         wait_until(f"CRD {crd} gone", lambda p=crd_path: node.api.get(p) is None, timeout_s=120)
-    run(
-        [
-            str(zarf),
-            "package",
-            "deploy",
-            str(package),
-            "--confirm",
-            "--adopt-existing-resources",
-            # ADR 0016: the namespaces the operator manages; its NetworkPolicy stays off on this node.
-            "--set",
-            f"VM_NAMESPACES={ns}",
-            "--set",
-            "OPERATOR_NETWORK_POLICY=false",
-            *CONSOLE_FLAGS,
-        ],
-        env=zarf_env,
-        what="zarf package deploy",
-    )
+    run(deploy_args(zarf, package, ns, public_key(package)), env=zarf_env, what="zarf package deploy")
+    namespace_labels = node.api.get(f"/api/v1/namespaces/{OPERATOR_NS}")["metadata"]["labels"]
+    assert namespace_labels["pod-security.kubernetes.io/enforce"] == "restricted", namespace_labels
     pods = node.api.items(
         f"/api/v1/namespaces/{OPERATOR_NS}/pods", label_selector="app.kubernetes.io/name=uds-vm-operator"
     )
@@ -250,9 +361,18 @@ def test_the_zarf_package_is_built_inspected_initialised_and_deployed_and_its_op
     assert len(live) == 1, [p["metadata"]["name"] for p in pods]
     pod = live[0]
     image = pod["spec"]["containers"][0]["image"]
-    assert image.startswith(f"{node.registry}/uds-vm-operator/uds-vm-operator:0.1.0-zarf-"), image
+    digest = next(i for i in definition["components"][1]["images"] if "@" in i).split("@", 1)[1]
+    assert image == f"{node.registry}/uds-vm-operator/uds-vm-operator@{digest}", image
     assert pod["metadata"]["labels"].get("zarf-agent") == "patched"
     assert all(s.get("ready") for s in pod["status"]["containerStatuses"])
+    assert pod["status"]["containerStatuses"][0]["imageID"].endswith(digest)
+    # The image's signature came in the package and verifies in the site's registry with the site's key.
+    verified_image = subprocess.run(
+        [cosign(), "verify", "--key", str(public_key(package)), "--insecure-ignore-tlog=true",
+         "--new-bundle-format=false", "--allow-insecure-registry", "--allow-http-registry", image],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert verified_image.returncode == 0, verified_image.stderr
 
     # The operator Zarf deployed reconciles a VM.
     vm: dict[str, Any] = {

@@ -73,7 +73,7 @@ def grants(objects: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
 def test_chart_passes_helm_lint_in_both_rbac_flavours() -> None:
     for extra in (list(render.DEPLOY_VALUES), ["--set", "rbac.scope=cluster"]):
         result = subprocess.run(
-            [helm(), "lint", "--strict", str(ROOT / "chart"), *extra],
+            [helm(), "lint", "--strict", str(ROOT / "chart"), *render.EXAMPLE_IMAGE, *extra],
             capture_output=True,
             text=True,
             check=False,
@@ -127,6 +127,34 @@ def test_namespaced_flavour_without_namespaces_is_refused_with_a_hint() -> None:
         check=False,
     )
     assert result.returncode != 0 and "watchNamespaces" in result.stderr
+
+
+def template_error(*values: str) -> str:
+    """stderr of a `helm template` the chart must refuse (asserts it is refused)."""
+    result = subprocess.run(
+        [helm(), "template", "x", str(ROOT / "chart"), "--set", "watchNamespaces={vms}", *values],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode != 0, result.stdout[:400]
+    return result.stderr
+
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+def test_the_image_is_pinned_by_digest_unless_explicitly_unpinned() -> None:
+    assert "image.digest is required" in template_error()
+    assert "64 hex digits" in template_error("--set", "image.digest=sha256:abc")
+    assert "64 hex digits" in template_error("--set", "image.digest=" + DIGEST.upper())
+    pinned = render.render_chart(helm(), *render.DEPLOY_VALUES, "--set", f"image.digest={DIGEST}")
+    deployment = next(o for o in pinned if o["kind"] == "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    reference = f"ghcr.io/uds-vm-operator/uds-vm-operator:0.1.0@{DIGEST}"
+    assert container["image"] == reference
+    # The verifier pods (SI-7) run the same pinned bytes.
+    assert {"name": "UDS_VM_OPERATOR_IMAGE", "value": reference} in container["env"]
 
 
 def test_deployment_meets_the_restricted_pod_security_profile() -> None:

@@ -57,8 +57,19 @@ def test_package_has_the_operator_components() -> None:
     assert (
         operator["charts"][0]["localPath"] == "chart" and operator["charts"][0]["version"] == chart["version"]
     )
-    # Every image the chart deploys must be in the package, or it cannot be pulled in the air gap.
-    assert operator["images"] == [f"{values['image']['repository']}:{values['image']['tag']}"]
+    # Every image the chart deploys must be in the package, or it cannot be pulled in the air gap; pinned by
+    # the digest `make zarf-build` stamps (the chart gets the same digest), its cosign signature beside it.
+    reference = f"{values['image']['repository']}:{values['image']['tag']}"
+    assert operator["images"] == [
+        f"{reference}@###ZARF_PKG_TMPL_OPERATOR_DIGEST###",
+        f"{values['image']['repository']}:###ZARF_PKG_TMPL_OPERATOR_SIGNATURE_TAG###",
+    ]
+    constants = {c["name"]: c["value"] for c in doc["constants"]}
+    assert constants["OPERATOR_IMAGE_DIGEST"] == "###ZARF_PKG_TMPL_OPERATOR_DIGEST###"
+    (values_file,) = operator["charts"][0]["valuesFiles"]
+    assert yaml.safe_load((ROOT / values_file).read_text()) == {
+        "image": {"digest": "###ZARF_CONST_OPERATOR_IMAGE_DIGEST###"}
+    }
     golden = components["golden-image"]
     assert golden["required"] is False and golden["manifests"][0]["noWait"] is True
 
@@ -74,7 +85,7 @@ def test_every_file_the_package_ships_exists() -> None:
 
 def test_the_crds_component_ships_every_generated_crd() -> None:
     crds = next(c for c in package()["components"] if c["name"] == "uds-vm-operator-crds")
-    shipped = sorted(f for m in crds["manifests"] for f in m["files"])
+    shipped = sorted(f for m in crds["manifests"] for f in m["files"] if f.startswith("deploy/crds/"))
     generated = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "deploy/crds").glob("*.yaml"))
     assert shipped == generated, "list every deploy/crds/*.yaml in zarf.yaml (component uds-vm-operator-crds)"
 
@@ -84,3 +95,12 @@ def test_zarf_variables_used_in_manifests_are_declared() -> None:
     text = (ROOT / "deploy/golden-image/golden-image.yaml").read_text() + (ROOT / "zarf.yaml").read_text()
     used = set(re.findall(r"###ZARF_VAR_([A-Z0-9_]+)###", text))
     assert used and used <= declared
+
+
+def test_the_operator_namespace_is_created_restricted_before_the_chart() -> None:
+    crds = next(c for c in package()["components"] if c["name"] == "uds-vm-operator-crds")
+    assert crds["manifests"][0]["files"] == ["zarf/namespace.yaml"]
+    (zarf_namespace,) = yaml.safe_load_all((ROOT / "zarf/namespace.yaml").read_text())
+    kubectl_namespace = next(yaml.safe_load_all((ROOT / "deploy/namespace.yaml").read_text()))
+    assert zarf_namespace == kubectl_namespace
+    assert zarf_namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
