@@ -1,12 +1,22 @@
 # syntax=docker/dockerfile:1
 # uds-vm-operator image: multi-stage, non-root, no build tools (no pip, no setuptools) in the final stage.
-# PYTHON_IMAGE defaults to the public Python image, so `docker build .` / `buildah bud .` work on any connected
-# machine; sites pin it by digest (`--build-arg PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:...`, from
-# `skopeo inspect` or `docker buildx imagetools inspect` against their mirror). The tests build FROM a base made
-# from Debian's packages (tools/images/base.sh): any image with python3 >= 3.11, venv and groupadd/useradd works.
+# The base is pinned by digest, or the build stops (issue 32): give the one your mirror serves,
+#   --build-arg PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:...   (`skopeo inspect` / `docker buildx imagetools
+# inspect` against the mirror tells the digest). ALLOW_UNPINNED_BASE=true accepts a tag (a developer's machine).
+# The tests build FROM a base made from Debian's packages (tools/images/base.sh), by digest: any image with
+# python3 >= 3.11, venv and groupadd/useradd works.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG ALLOW_UNPINNED_BASE=false
 
 FROM ${PYTHON_IMAGE} AS build
+ARG PYTHON_IMAGE
+ARG ALLOW_UNPINNED_BASE
+RUN case "$PYTHON_IMAGE" in \
+      *@sha256:*) ;; \
+      *) [ "$ALLOW_UNPINNED_BASE" = true ] || { echo "error: the base image $PYTHON_IMAGE is not pinned by digest;" \
+           "build with --build-arg PYTHON_IMAGE=$PYTHON_IMAGE@sha256:<digest> (or ALLOW_UNPINNED_BASE=true)" >&2; \
+           exit 1; } ;; \
+    esac
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 WORKDIR /src
 # Every dependency is hash-locked (requirements*.lock, checked against pyproject.toml by `make lock-check`).

@@ -8,7 +8,7 @@ import re
 import urllib.request
 from pathlib import Path
 
-from build.conftest import BuiltImage, buildah
+from build.conftest import ROOT, BuiltImage, buildah
 
 MANIFEST_TYPES = (
     "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"
@@ -105,3 +105,22 @@ def test_stdlib_and_venv_have_unchecked_bytecode(built_image: BuiltImage) -> Non
     assert flags == dict.fromkeys(
         ["asyncio", "json", "ssl", "email.parser", "uds_vm_operator", "kopf", "pydantic"], "1"
     )
+
+
+def test_a_base_image_not_pinned_by_digest_stops_the_build(built_image: BuiltImage, tmp_path: Path) -> None:
+    # The very base the image was built FROM, under a tag only: same bytes, unpinned reference.
+    base_ref = (ROOT / ".envtest/python-base-image").read_text().strip()
+    unpinned = f"localhost/uds-test/unpinned-base:{tmp_path.name.lower()}"
+    buildah("pull", "--quiet", "--tls-verify=false", base_ref)
+    buildah("tag", base_ref, unpinned)
+    (tmp_path / "Dockerfile").write_text((ROOT / "Dockerfile").read_text())
+    try:
+        refused = buildah(
+            "bud", "--isolation", "chroot", "--pull-never", "--layers=false",
+            "--build-arg", f"PYTHON_IMAGE={unpinned}", "-f", str(tmp_path / "Dockerfile"), str(tmp_path),
+            check=False, timeout=300,
+        )  # fmt: skip
+    finally:
+        buildah("rmi", unpinned, check=False)
+    assert refused.returncode != 0
+    assert f"the base image {unpinned} is not pinned by digest" in refused.stderr + refused.stdout
