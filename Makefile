@@ -85,9 +85,9 @@ TEST_JOBS ?= 3
 .PHONY: test-packages test-builds test-checks
 test-packages: system-deps node-deps guest-deps image-deps ## the Debian packages every test tier needs (one after another)
 
-test-builds: envtest-bins node-bins kubevirt-images helm-bin zarf-schema zarf-bin guest-image cdi-images provenance-bins go-anchor ## every build the test tiers need (run in parallel by `make test`)
+test-builds: envtest-bins node-bins kubevirt-images helm-bin zarf-schema zarf-bin guest-image cdi-images provenance-bins go-anchor scan-bins ## every build the test tiers need (run in parallel by `make test`)
 
-test-checks: lint crds-check deploy-check compliance-check lock-check test-floors ## static checks and generated-file drift
+test-checks: lint crds-check deploy-check compliance-check lock-check test-floors chart-scan ## static checks and generated-file drift
 
 test: install ## install everything, build what the tiers need (in parallel), check, then run every test tier
 	@$(MAKE) --no-print-directory test-packages
@@ -111,7 +111,7 @@ test-unit: install ## unit tier only (fast)
 test-images: install system-deps ## image tier only (needs qemu-img)
 	$(PY) -m pytest -q tests/images
 
-test-integration: install envtest-bins ## integration tier only (real control plane)
+test-integration: install envtest-bins helm-bin scan-bins ## integration tier only (real control plane)
 	$(PY) -m pytest -q tests/integration
 
 test-node: install node-deps node-bins kubevirt-images guest-image helm-bin zarf-bin ## real-node tier only (kubelet, containerd, CNI, policies, the operator's image)
@@ -198,3 +198,13 @@ test-floors: install ## the unit tier on the floor versions of the runtime depen
 .PHONY: go-anchor
 go-anchor: ## build (or reuse) bench/go-anchor from the Go module proxy into ~/.cache/uds-vm-operator; links .envtest/bin/go-anchor
 	@bench/go-anchor/build.sh >/dev/null
+
+# --- Chart scanning (issue 32, docs/chart-scanning.md): kubeconform and checkov on the rendered chart, offline ---
+.PHONY: scan-bins chart-scan
+scan-bins: install envtest-bins ## build (or reuse) kubeconform, checkov's own venv and kubeconform's schemas (from the real kube-apiserver) in ~/.cache/uds-vm-operator
+	@tools/scan/kubeconform-build.sh >/dev/null
+	@tools/scan/checkov-build.sh >/dev/null
+	@$(PY) tools/scan/k8s_schemas.py >/dev/null
+
+chart-scan: install helm-bin scan-bins ## kubeconform -strict and checkov on every flavour of the rendered chart; skips justified in docs/chart-scanning.md
+	$(PY) tools/scan/chart_scan.py

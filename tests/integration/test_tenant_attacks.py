@@ -241,6 +241,18 @@ def admission_attacks(tenant: str, victim: str) -> list[tuple[str, dict[str, Any
             "is not readable by alice",
         ),
         (
+            "a CA bundle from a ConfigMap alice may not read (trusted for her import)",
+            vm("a13", source={"http": {"url": "https://img.example.com/x", "certConfigMap": "site-ca"}}),
+            vms,
+            "ConfigMap this VM names (site-ca) is not readable by alice",
+        ),
+        (
+            "a sealed image record from a ConfigMap alice may not read",
+            vm("a14", imageRecord="site-ca"),
+            vms,
+            "ConfigMap this VM names (site-ca) is not readable by alice",
+        ),
+        (
             "a second systemd line through autoUpdate.schedule",
             vm(
                 "a8",
