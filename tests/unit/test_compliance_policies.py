@@ -87,7 +87,16 @@ def test_the_opt_in_cluster_flavour_of_the_chart_fails_ac6_naming_secrets_and_po
     root = Path(__file__).resolve().parents[2]
     helm = subprocess.run([str(root / "tools/helm/build.sh")], capture_output=True, text=True, check=True)
     rendered = subprocess.run(
-        [helm.stdout.strip(), "template", "x", str(root / "chart"), "--set", "rbac.scope=cluster"],
+        [
+            helm.stdout.strip(),
+            "template",
+            "x",
+            str(root / "chart"),
+            "--set",
+            "rbac.scope=cluster",
+            "--set",
+            "image.allowUnpinned=true",
+        ],
         capture_output=True,
         text=True,
         check=True,

@@ -128,7 +128,17 @@ def _template(*values: str) -> subprocess.CompletedProcess[str]:
         values = ("watchNamespaces={vms}", *values)
     sets = [arg for value in values for arg in ("--set", value)]
     return subprocess.run(
-        [_helm(), "template", "x", str(ROOT / "chart"), "-n", "ops", *sets],
+        [
+            _helm(),
+            "template",
+            "x",
+            str(ROOT / "chart"),
+            "-n",
+            "ops",
+            "--set",
+            "image.allowUnpinned=true",
+            *sets,
+        ],
         capture_output=True,
         text=True,
         check=False,
