@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
@@ -20,6 +20,7 @@ from uds_vm_operator.api.calendar import CALENDAR_SHAPE, SCHEDULE_CHARSET, calen
 from uds_vm_operator.api.errors import SpecError
 from uds_vm_operator.api.quantity import QUANTITY_PATTERN, parse_bytes
 from uds_vm_operator.apiversions import UDS_GROUP, UDS_VERSION
+from uds_vm_operator.names import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN
 
 API_GROUP = UDS_GROUP
 API_VERSION = UDS_VERSION
@@ -30,8 +31,6 @@ VM_SHORT_NAMES = ("udsvm",)
 VM_API_VERSION = f"{API_GROUP}/{API_VERSION}"
 
 CHECKSUM_PATTERN = r"^(sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128})$"
-DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 CIDR_PATTERN = r"^([0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}|[0-9a-fA-F:]+/[0-9]{1,3})$"
 LINUX_USER_PATTERN = r"^[a-z_][a-z0-9_-]{0,31}$"
 HOSTNAME_PATTERN = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$"
@@ -43,7 +42,7 @@ GOLDEN_IMAGE_NAME_MAX = 55
 
 SOURCE_KINDS = ("upload", "http", "s3", "registry", "dataSource", "pvc", "blank")
 RUN_STRATEGIES = ("Always", "Halted", "Manual", "RerunOnFailure", "Once")
-PHASES = (
+Phase = Literal[
     "Pending",
     "WaitingForUpload",
     "Importing",
@@ -52,7 +51,9 @@ PHASES = (
     "Ready",
     "Stopped",
     "Failed",
-)
+]
+"""A VM's phase: the status field's type (and the CRD's enum) and the names the CLI and metrics use."""
+PHASES: tuple[str, ...] = get_args(Phase)
 
 Checksum = Annotated[
     str,
@@ -811,19 +812,7 @@ class GoldenImageStatus(ApiModel):
 class UDSVirtualMachineStatus(ApiModel):
     """What the operator observed; written through the status subresource only."""
 
-    phase: (
-        Literal[
-            "Pending",
-            "WaitingForUpload",
-            "Importing",
-            "Verifying",
-            "Provisioning",
-            "Ready",
-            "Stopped",
-            "Failed",
-        ]
-        | None
-    ) = None
+    phase: Phase | None = None
     source: Annotated[str, Field(max_length=32)] | None = None
     pvc_size: Annotated[str, Field(max_length=32)] | None = None
     checksum_verified: bool = False

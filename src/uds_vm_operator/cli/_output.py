@@ -16,9 +16,13 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from uds_vm_operator.cli._errors import UsageError, os_error_message
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
 
 
 def write_files(directory: str | Path, texts: Mapping[str, str], *, option: str) -> list[str]:
@@ -108,29 +112,36 @@ def _refuse_non_file(final: Path) -> None:
         raise IsADirectoryError(errno.EISDIR, "exists and is not a regular file", str(final))
 
 
+def byte_progress(console: Console) -> Progress:
+    """The CLI's one progress bar for long byte work (digests, uploads): bytes, speed, time left; it vanishes
+    when done so the output keeps only results."""
+    from rich.progress import (  # noqa: PLC0415 (lazy: see module docstring)
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    )
+
+
 class TerminalProgress:
     """A rich progress bar on stderr; used only when stderr is a terminal."""
 
     def __init__(self) -> None:
         from rich.console import Console  # noqa: PLC0415 (lazy: see module docstring)
-        from rich.progress import (  # noqa: PLC0415
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
 
-        self._progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            DownloadColumn(binary_units=True),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-            transient=True,
-        )
+        self._progress = byte_progress(Console(stderr=True))
         self._task: Any = None
 
     def start(self, description: str, total_bytes: int) -> None:

@@ -11,7 +11,6 @@ The manifest builder is a pure function; the command only writes YAML.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -22,6 +21,7 @@ import yaml
 from uds_vm_operator import MANAGED_BY_LABEL
 from uds_vm_operator.cli._errors import UsageError
 from uds_vm_operator.cli._output import write_file
+from uds_vm_operator.names import is_dns_label, is_dns_subdomain
 
 CLONER_ROLE = "golden-image-cloner"
 STORAGE_GUARD_QUOTA = "golden-image-storage-guard"
@@ -29,8 +29,6 @@ GOLDEN_NAMESPACE_LABEL = "uds.dev/golden-images"
 GUARD_LABEL = "uds.dev/golden-image-guard"
 """On consumer quotas: the golden-image namespace whose storage class they guard."""
 DEFAULT_OPERATOR_SERVICE_ACCOUNT = "uds-vm-operator/uds-vm-operator"
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 class GoldenImageUsageError(UsageError, ValueError):
@@ -41,7 +39,7 @@ class GoldenImageUsageError(UsageError, ValueError):
 
 
 def _check_namespace(value: str, option: str) -> None:
-    if len(value) > 63 or not _DNS_LABEL.match(value):
+    if not is_dns_label(value):
         raise GoldenImageUsageError(
             f"{option} {value!r} is not a namespace name (lower-case letters, digits and '-', "
             "at most 63 characters)"
@@ -55,7 +53,7 @@ def _service_account_subject(value: str) -> dict[str, str]:
             f"--service-account {value!r}: write NAMESPACE/NAME, e.g. {DEFAULT_OPERATOR_SERVICE_ACCOUNT}"
         )
     _check_namespace(namespace, "--service-account namespace")
-    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+    if not is_dns_subdomain(name):
         raise GoldenImageUsageError(f"--service-account {value!r}: {name!r} is not a service account name")
     return {"kind": "ServiceAccount", "name": name, "namespace": namespace}
 
@@ -75,6 +73,24 @@ def golden_image_manifests(
     more subjects such as the operator's own account, which creates the clone DataVolumes for
     UDSVirtualMachines. Raises :class:`GoldenImageUsageError` on options that make no sense.
     """
+    _check_namespaces(image_namespace, consumer_namespaces)
+    _check_storage_guard(storage_class, quota=quota)
+    consumers = sorted(set(consumer_namespaces))
+    extra_subjects = [_service_account_subject(value) for value in dict.fromkeys(service_accounts)]
+    labels = {**MANAGED_BY_LABEL, GOLDEN_NAMESPACE_LABEL: "true"}
+
+    manifests: list[dict[str, Any]] = [
+        _image_namespace(image_namespace, labels),
+        _cloner_role(image_namespace, labels),
+        _cloner_binding(image_namespace, labels, consumers, extra_subjects),
+    ]
+    if quota and storage_class:
+        manifests.extend(_storage_guard_quotas(image_namespace, consumers, storage_class))
+    return manifests
+
+
+def _check_namespaces(image_namespace: str, consumer_namespaces: Sequence[str]) -> None:
+    """Refuse an invalid image namespace, no or invalid consumers, and an image namespace among them."""
     _check_namespace(image_namespace, "--image-namespace")
     if not consumer_namespaces:
         raise GoldenImageUsageError(
@@ -87,76 +103,92 @@ def golden_image_manifests(
             f"{image_namespace!r} is both the image namespace and a consumer; "
             "consumers are the other namespaces"
         )
+
+
+def _check_storage_guard(storage_class: str | None, *, quota: bool) -> None:
+    """Refuse ``--quota`` and ``--storage-class`` one without the other, and a bad storage class name."""
     if quota and not storage_class:
         raise GoldenImageUsageError(
             "--quota needs --storage-class (the golden storage class to keep consumers off)"
         )
     if storage_class and not quota:
         raise GoldenImageUsageError("--storage-class only makes sense with --quota; add --quota")
-    if storage_class and (len(storage_class) > 253 or not _DNS_SUBDOMAIN.match(storage_class)):
+    if storage_class and not is_dns_subdomain(storage_class):
         raise GoldenImageUsageError(f"--storage-class {storage_class!r} is not a storage class name")
-    consumers = sorted(set(consumer_namespaces))
-    extra_subjects = [_service_account_subject(value) for value in dict.fromkeys(service_accounts)]
-    labels = {**MANAGED_BY_LABEL, GOLDEN_NAMESPACE_LABEL: "true"}
 
-    manifests: list[dict[str, Any]] = [
+
+def _image_namespace(image_namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": image_namespace,
+            "labels": {**labels, "kubernetes.io/metadata.name": image_namespace},
+        },
+    }
+
+
+def _cloner_role(image_namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+    """Clone rights in the image namespace and read-only discovery of its DataSources; no write."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": CLONER_ROLE, "namespace": image_namespace, "labels": labels},
+        "rules": [
+            # Clone rights: the subresource CDI checks for a cross-namespace clone (writes nothing).
+            {"apiGroups": ["cdi.kubevirt.io"], "resources": ["datavolumes/source"], "verbs": ["create"]},
+            # Read-only discovery of what can be cloned.
+            {
+                "apiGroups": ["cdi.kubevirt.io"],
+                "resources": ["datasources"],
+                "verbs": ["get", "list", "watch"],
+            },
+        ],
+    }
+
+
+def _cloner_binding(
+    image_namespace: str,
+    labels: dict[str, str],
+    consumers: Sequence[str],
+    extra_subjects: list[dict[str, str]],
+) -> dict[str, Any]:
+    """Bind the cloner Role to every service account of each consumer namespace, then the extra subjects."""
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": CLONER_ROLE, "namespace": image_namespace, "labels": labels},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": CLONER_ROLE},
+        "subjects": [
+            {
+                "kind": "Group",
+                "apiGroup": "rbac.authorization.k8s.io",
+                "name": f"system:serviceaccounts:{ns}",
+            }
+            for ns in consumers
+        ]
+        + extra_subjects,
+    }
+
+
+def _storage_guard_quotas(
+    image_namespace: str, consumers: Sequence[str], storage_class: str
+) -> list[dict[str, Any]]:
+    """One ResourceQuota per consumer that allows no storage and no claim on the golden storage class."""
+    prefix = f"{storage_class}.storageclass.storage.k8s.io"
+    return [
         {
             "apiVersion": "v1",
-            "kind": "Namespace",
+            "kind": "ResourceQuota",
             "metadata": {
-                "name": image_namespace,
-                "labels": {**labels, "kubernetes.io/metadata.name": image_namespace},
+                "name": STORAGE_GUARD_QUOTA,
+                "namespace": consumer,
+                "labels": {**MANAGED_BY_LABEL, GUARD_LABEL: image_namespace},
             },
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": CLONER_ROLE, "namespace": image_namespace, "labels": labels},
-            "rules": [
-                # Clone rights: the subresource CDI checks for a cross-namespace clone (writes nothing).
-                {"apiGroups": ["cdi.kubevirt.io"], "resources": ["datavolumes/source"], "verbs": ["create"]},
-                # Read-only discovery of what can be cloned.
-                {
-                    "apiGroups": ["cdi.kubevirt.io"],
-                    "resources": ["datasources"],
-                    "verbs": ["get", "list", "watch"],
-                },
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": CLONER_ROLE, "namespace": image_namespace, "labels": labels},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": CLONER_ROLE},
-            "subjects": [
-                {
-                    "kind": "Group",
-                    "apiGroup": "rbac.authorization.k8s.io",
-                    "name": f"system:serviceaccounts:{ns}",
-                }
-                for ns in consumers
-            ]
-            + extra_subjects,
-        },
+            "spec": {"hard": {f"{prefix}/requests.storage": "0", f"{prefix}/persistentvolumeclaims": "0"}},
+        }
+        for consumer in consumers
     ]
-    if quota and storage_class:
-        prefix = f"{storage_class}.storageclass.storage.k8s.io"
-        manifests.extend(
-            {
-                "apiVersion": "v1",
-                "kind": "ResourceQuota",
-                "metadata": {
-                    "name": STORAGE_GUARD_QUOTA,
-                    "namespace": consumer,
-                    "labels": {**MANAGED_BY_LABEL, GUARD_LABEL: image_namespace},
-                },
-                "spec": {
-                    "hard": {f"{prefix}/requests.storage": "0", f"{prefix}/persistentvolumeclaims": "0"}
-                },
-            }
-            for consumer in consumers
-        )
-    return manifests
 
 
 def to_yaml(manifests: Sequence[dict[str, Any]]) -> str:

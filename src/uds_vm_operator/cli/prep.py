@@ -22,6 +22,7 @@ from uds_vm_operator.cli import prep_manifests as pm
 from uds_vm_operator.cli._errors import CheckFailed, UsageError
 from uds_vm_operator.cli._output import TerminalProgress, stderr_is_terminal, write_files
 from uds_vm_operator.images import ImageError, ImageSurvey, survey_image
+from uds_vm_operator.names import is_dns_label
 from uds_vm_operator.sizing import DEFAULT_OVERHEAD_PERCENT, pvc_size
 
 
@@ -124,11 +125,11 @@ def _validate(options: PrepOptions) -> pm.ManifestTarget | None:
         raise UsageError("--data-source-name is only used with --golden-image")
     name = options.name if options.name is not None else pm.default_name(os.path.basename(options.image))
     for label, value in (("--name", name), ("--namespace", options.namespace)):
-        if not pm.is_dns_label(value):
+        if not is_dns_label(value):
             raise UsageError(
                 f"{label} {value!r} is not a valid name (lower-case letters, digits, '-', max 63)"
             )
-    if options.data_source_name and not pm.is_dns_label(options.data_source_name):
+    if options.data_source_name and not is_dns_label(options.data_source_name):
         raise UsageError(f"--data-source-name {options.data_source_name!r} is not a valid name")
     if options.output_dir is None and not (options.zarf or options.golden_image):
         return None

@@ -26,7 +26,6 @@ UDSVM_API_VERSION = UDS_API_VERSION
 # Same defaults as render/datavolume.py (not imported: it pulls the pydantic models into `prep`'s start-up).
 GOLDEN_ACCESS_MODES = ("ReadWriteOnce",)
 GOLDEN_VOLUME_MODE = "Filesystem"
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 IMAGE_SUFFIXES = (
     ".gz",
     ".xz",
@@ -69,11 +68,6 @@ def default_name(file_name: str) -> str:
                 changed = True
     cleaned = re.sub(r"[^a-z0-9]+", "-", stem).strip("-")[:63].strip("-")
     return cleaned or "vm"
-
-
-def is_dns_label(value: str) -> bool:
-    """Kubernetes names for VMs, namespaces and DataSources must be DNS labels (≤ 63 chars)."""
-    return len(value) <= 63 and bool(DNS_LABEL.match(value))
 
 
 def image_record(report: dict[str, Any], target: ManifestTarget) -> dict[str, Any]:

@@ -23,17 +23,10 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
-    TransferSpeedColumn,
-)
 
 from uds_vm_operator.cli._errors import EXIT_OK, UsageError
 from uds_vm_operator.cli._kube import load_cluster_config
+from uds_vm_operator.cli._output import byte_progress
 from uds_vm_operator.cli.upload_proxy import (
     LocalDigestMismatchError,
     ProxyTarget,
@@ -206,7 +199,7 @@ def _upload(options: UploadOptions, cluster: ClusterClient, console: Console) ->
         token = request_upload_token(cluster, namespace, dv_name)
 
     size = options.image.stat().st_size
-    with _progress(console) as progress:
+    with byte_progress(console) as progress:
         task = progress.add_task(f"upload {options.image.name}", total=size)
         sent = stream_upload(target, token, options.image, on_progress=lambda n: progress.advance(task, n))
     console.print(
@@ -235,7 +228,7 @@ def _check_local_digest(image: Path, declared: str, console: Console) -> None:
     except VerifyError as exc:
         raise UploadError(f"spec.source.upload.checksum: {exc}") from exc
     size = image.stat().st_size
-    with _progress(console) as progress:
+    with byte_progress(console) as progress:
         task = progress.add_task(f"{want.algorithm} {image.name}", total=size)
         try:
             got = hash_prefix(
@@ -341,18 +334,6 @@ def _proxy_url(options: UploadOptions, cluster: ClusterClient) -> str:
     raise UsageError(
         "the cluster does not publish an upload proxy URL (CDIConfig status.uploadProxyURL); pass "
         "--uploadproxy-url, e.g. after kubectl port-forward -n cdi service/cdi-uploadproxy 18443:443"
-    )
-
-
-def _progress(console: Console) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        TimeRemainingColumn(),
-        console=console,
-        transient=True,
     )
 
 

@@ -50,6 +50,27 @@ def build_assessment_results(
 ) -> dict[str, Any]:
     """The assessment-results document (rooted at ``assessment-results``) for one evaluation run."""
     collected = _timestamp(finished)
+    observations, oscal_findings = _observations_and_findings(findings, collected)
+    result = _result(control_ids, started, finished, observations, oscal_findings)
+    return {
+        "assessment-results": {
+            "uuid": str(uuid.uuid4()),
+            "metadata": {
+                "title": "uds-vm-operator assessment results",
+                "last-modified": collected,
+                "version": __version__,
+                "oscal-version": OSCAL_VERSION,
+            },
+            "import-ap": {"href": component_href},
+            "results": [result],
+        }
+    }
+
+
+def _observations_and_findings(
+    findings: Sequence[Finding], collected: str
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """An observation per validation and VM, shared by the controls it backs; a finding per control and VM."""
     observation_ids: dict[tuple[str, str], str] = {}
     observations = []
     oscal_findings = []
@@ -61,20 +82,33 @@ def build_assessment_results(
                 observation_ids[key] = str(uuid.uuid4())
                 observations.append(_observation(observation, observation_ids[key], collected))
             related.append({"observation-uuid": observation_ids[key]})
-        state = SATISFIED if finding.satisfied else NOT_SATISFIED
-        oscal_findings.append(
-            {
-                "uuid": str(uuid.uuid4()),
-                "title": f"{finding.control_id} {finding.vm}",
-                "description": f"Control {finding.control_id} for UDSVirtualMachine {finding.vm}: {state}",
-                "target": {
-                    "type": "objective-id",
-                    "target-id": f"{finding.control_id}_smt",
-                    "status": {"state": state},
-                },
-                "related-observations": related,
-            }
-        )
+        oscal_findings.append(_finding(finding, related))
+    return observations, oscal_findings
+
+
+def _finding(finding: Finding, related: list[dict[str, str]]) -> dict[str, Any]:
+    state = SATISFIED if finding.satisfied else NOT_SATISFIED
+    return {
+        "uuid": str(uuid.uuid4()),
+        "title": f"{finding.control_id} {finding.vm}",
+        "description": f"Control {finding.control_id} for UDSVirtualMachine {finding.vm}: {state}",
+        "target": {
+            "type": "objective-id",
+            "target-id": f"{finding.control_id}_smt",
+            "status": {"state": state},
+        },
+        "related-observations": related,
+    }
+
+
+def _result(
+    control_ids: Sequence[str],
+    started: datetime,
+    finished: datetime,
+    observations: list[dict[str, Any]],
+    oscal_findings: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The run's one result; OSCAL wants ``observations`` and ``findings`` left out rather than empty."""
     result: dict[str, Any] = {
         "uuid": str(uuid.uuid4()),
         "title": "uds-vm-operator compliance validation",
@@ -94,19 +128,7 @@ def build_assessment_results(
         result["observations"] = observations
     if oscal_findings:
         result["findings"] = oscal_findings
-    return {
-        "assessment-results": {
-            "uuid": str(uuid.uuid4()),
-            "metadata": {
-                "title": "uds-vm-operator assessment results",
-                "last-modified": collected,
-                "version": __version__,
-                "oscal-version": OSCAL_VERSION,
-            },
-            "import-ap": {"href": component_href},
-            "results": [result],
-        }
-    }
+    return result
 
 
 def summary(findings: Sequence[Finding]) -> list[dict[str, Any]]:

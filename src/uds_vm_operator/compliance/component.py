@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,21 @@ def build_component_definition(
 ) -> dict[str, Any]:
     """The component definition as a dict with OSCAL's hyphenated keys, rooted at ``component-definition``."""
     by_name = {v.name: v for v in (validations if validations is not None else packaged_validations())}
+    requirements = _implemented_requirements(controls, by_name)
+    return {
+        "component-definition": {
+            "uuid": stable_uuid("component-definition"),
+            "metadata": _metadata(),
+            "components": [_component(requirements)],
+            "back-matter": _back_matter(by_name.values()),
+        }
+    }
+
+
+def _implemented_requirements(
+    controls: Sequence[ControlImplementation], by_name: Mapping[str, Validation]
+) -> list[dict[str, Any]]:
+    """Each control, linked to its validation in the back-matter; naming an unknown validation is an error."""
     requirements = []
     for control in controls:
         validation = by_name.get(control.validation)
@@ -56,49 +71,52 @@ def build_component_definition(
                 "links": [{"href": f"#{validation.uuid}", "rel": "lula", "text": validation.name}],
             }
         )
+    return requirements
+
+
+def _back_matter(validations: Iterable[Validation]) -> dict[str, Any]:
+    """Every validation embedded whole, as the resource a lula link points at (Lula's convention)."""
     return {
-        "component-definition": {
-            "uuid": stable_uuid("component-definition"),
-            "metadata": {
-                "title": "uds-vm-operator",
-                "last-modified": LAST_MODIFIED,
-                "version": __version__,
-                "oscal-version": OSCAL_VERSION,
-                "parties": [
-                    {
-                        "uuid": stable_uuid("party"),
-                        "type": "organization",
-                        "name": "uds-vm-operator maintainers",
-                    }
-                ],
-            },
-            "components": [
-                {
-                    "uuid": stable_uuid("component", "uds-vm-operator"),
-                    "type": "software",
-                    "title": "uds-vm-operator",
-                    "description": (
-                        "Kubernetes operator that runs hardened, digest-verified virtual machines on "
-                        "KubeVirt and CDI for air-gapped sites."
-                    ),
-                    "purpose": "Evidence, from live objects, of the controls each managed VM implements.",
-                    "control-implementations": [
-                        {
-                            "uuid": stable_uuid("control-implementation", "nist-800-53-rev5"),
-                            "source": CATALOG_SOURCE,
-                            "description": "NIST SP 800-53 Rev 5 controls implemented for every managed VM.",
-                            "props": [{"name": "framework", "ns": LULA_NS, "value": "nist-800-53-rev5"}],
-                            "implemented-requirements": requirements,
-                        }
-                    ],
-                }
-            ],
-            "back-matter": {
-                "resources": [
-                    {"uuid": v.uuid, "title": v.name, "description": v.source_text} for v in by_name.values()
-                ]
-            },
-        }
+        "resources": [{"uuid": v.uuid, "title": v.name, "description": v.source_text} for v in validations]
+    }
+
+
+def _metadata() -> dict[str, Any]:
+    return {
+        "title": "uds-vm-operator",
+        "last-modified": LAST_MODIFIED,
+        "version": __version__,
+        "oscal-version": OSCAL_VERSION,
+        "parties": [
+            {
+                "uuid": stable_uuid("party"),
+                "type": "organization",
+                "name": "uds-vm-operator maintainers",
+            }
+        ],
+    }
+
+
+def _component(requirements: list[dict[str, Any]]) -> dict[str, Any]:
+    """The operator as one software component, implementing its NIST SP 800-53 Rev 5 requirements."""
+    return {
+        "uuid": stable_uuid("component", "uds-vm-operator"),
+        "type": "software",
+        "title": "uds-vm-operator",
+        "description": (
+            "Kubernetes operator that runs hardened, digest-verified virtual machines on "
+            "KubeVirt and CDI for air-gapped sites."
+        ),
+        "purpose": "Evidence, from live objects, of the controls each managed VM implements.",
+        "control-implementations": [
+            {
+                "uuid": stable_uuid("control-implementation", "nist-800-53-rev5"),
+                "source": CATALOG_SOURCE,
+                "description": "NIST SP 800-53 Rev 5 controls implemented for every managed VM.",
+                "props": [{"name": "framework", "ns": LULA_NS, "value": "nist-800-53-rev5"}],
+                "implemented-requirements": requirements,
+            }
+        ],
     }
 
 

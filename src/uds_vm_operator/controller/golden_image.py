@@ -212,54 +212,78 @@ def _progress_plan(
             prune=True,
         )
     if clone is not None:
-        if ((clone.get("status") or {}).get("phase")) == CLONE_DONE:
-            return GoldenImagePlan(
-                golden,
-                _status(
-                    golden,
-                    "Published",
-                    startedVersion=started,
-                    cloneDataVolume=clone_name,
-                    publishedVersion=golden.version,
-                    dataSource=golden.name,
-                ),
-                run_strategy=HOLD,
-                publish=render_data_source(owner, golden),
-                prune=True,
-                events=(
-                    (
-                        "Normal",
-                        "GoldenImagePublished",
-                        f"DataSource {golden.name} now serves {clone_name}",
-                    ),
-                ),
-            )
-        return GoldenImagePlan(
-            golden,
-            _status(golden, "Cloning", startedVersion=started, cloneDataVolume=clone_name, **common),
-            run_strategy=HOLD,
-        )
+        return _publish_or_wait_plan(owner, golden, clone, started, common)
     if started == golden.version and printable == STOPPED:
-        return GoldenImagePlan(
-            golden,
-            _status(golden, "Cloning", startedVersion=started, cloneDataVolume=clone_name, **common),
-            run_strategy=HOLD,
-            create_clone=render_clone_datavolume(owner, spec, golden),
-            events=(
-                (
-                    "Normal",
-                    "GoldenImageCloning",
-                    f"build of version {golden.version} stopped after sysprep; cloning its system disk "
-                    f"into {clone_name}",
-                ),
-            ),
-        )
+        return _start_clone_plan(owner, spec, golden, started, common)
     if printable in STARTED_STATES:
         started = golden.version
     return GoldenImagePlan(
         golden,
         _status(golden, "Building", startedVersion=started, **common),
         run_strategy=_build_strategy(spec),
+    )
+
+
+def _publish_or_wait_plan(
+    owner: Owner,
+    golden: GoldenImage,
+    clone: Mapping[str, Any],
+    started: int | None,
+    common: Mapping[str, Any],
+) -> GoldenImagePlan:
+    """The clone exists: publish it through the DataSource once CDI reports it done, else wait for it."""
+    clone_name = version_name(golden.name, golden.version)
+    if ((clone.get("status") or {}).get("phase")) == CLONE_DONE:
+        return GoldenImagePlan(
+            golden,
+            _status(
+                golden,
+                "Published",
+                startedVersion=started,
+                cloneDataVolume=clone_name,
+                publishedVersion=golden.version,
+                dataSource=golden.name,
+            ),
+            run_strategy=HOLD,
+            publish=render_data_source(owner, golden),
+            prune=True,
+            events=(
+                (
+                    "Normal",
+                    "GoldenImagePublished",
+                    f"DataSource {golden.name} now serves {clone_name}",
+                ),
+            ),
+        )
+    return GoldenImagePlan(
+        golden,
+        _status(golden, "Cloning", startedVersion=started, cloneDataVolume=clone_name, **common),
+        run_strategy=HOLD,
+    )
+
+
+def _start_clone_plan(
+    owner: Owner,
+    spec: UDSVirtualMachineSpec,
+    golden: GoldenImage,
+    started: int | None,
+    common: Mapping[str, Any],
+) -> GoldenImagePlan:
+    """The build of this version ran and stopped after sysprep: hold the VM and clone its system disk."""
+    clone_name = version_name(golden.name, golden.version)
+    return GoldenImagePlan(
+        golden,
+        _status(golden, "Cloning", startedVersion=started, cloneDataVolume=clone_name, **common),
+        run_strategy=HOLD,
+        create_clone=render_clone_datavolume(owner, spec, golden),
+        events=(
+            (
+                "Normal",
+                "GoldenImageCloning",
+                f"build of version {golden.version} stopped after sysprep; cloning its system disk "
+                f"into {clone_name}",
+            ),
+        ),
     )
 
 

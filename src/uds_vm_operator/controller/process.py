@@ -100,23 +100,8 @@ async def _serve(options: RunOptions) -> None:
     )
     metrics = OperatorMetrics()
     metrics_server = await start_metrics_server(options.bind_address, options.metrics_port, metrics)
-    store = ObjectStore(watched_kinds())
-
-    async def fetch_crd() -> dict[str, Any] | None:
-        return await api.get(kube.CRD, None, DATAVOLUME_CRD)
-
-    reconciler = Reconciler(api, store, FactsCache(fetch_crd), metrics, workers=options.max_workers)
-    registry = build_registry(reconciler, store) if "vm" in options.controllers else kopf.OperatorRegistry()
-    kopf_kinds: list[kube.Kind] = list(VM_CONTROLLER_KINDS) if "vm" in options.controllers else []
-    pool_workers: asyncio.Task[None] | None = None
-    if "pool" in options.controllers:
-        from uds_vm_operator.controller.pool import POOL, PoolController  # noqa: PLC0415
-
-        kopf_kinds += [POOL, kube.UDS_VM]  # a repeat is harmless: presence is checked as a set
-        pools = PoolController(api, metrics)
-        pools.register(registry)
-        pool_workers = asyncio.create_task(pools.run(), name="pool-workers")
-
+    controllers = _start_controllers(options, api, metrics)
+    registry = controllers.registry
     settings, scan_cluster = _kopf_settings(options, registry)
     clusterwide = options.all_namespaces or not options.namespaces
     await warn_if_peering_object_missing(
@@ -125,25 +110,19 @@ async def _serve(options: RunOptions) -> None:
     stop = asyncio.Event()
     set_stop_flag_on_cleanup(registry, stop)
     presence = (
-        None if scan_cluster else asyncio.create_task(_stop_when_served_kinds_change(api, kopf_kinds, stop))
+        None
+        if scan_cluster
+        else asyncio.create_task(_stop_when_served_kinds_change(api, controllers.kopf_kinds, stop))
     )
     ready = asyncio.Event()
     health = await start_health_server(options.bind_address, options.health_port, ready.is_set)
-    workers = asyncio.create_task(reconciler.run(), name="reconcile-workers")
-    trimmer = asyncio.create_task(trim_when_idle(reconciler.idle), name="memory-trim")
+    workers = asyncio.create_task(controllers.reconciler.run(), name="reconcile-workers")
+    trimmer = asyncio.create_task(trim_when_idle(controllers.reconciler.idle), name="memory-trim")
     # Let the worker pools spawn their tasks now: kopf treats every task created after it starts as its
     # own, and on SIGTERM waits 5 s for those to finish before cancelling them (our workers never finish
     # on their own), so each stop took 5 s longer. Tasks that exist before kopf.operator are left to us.
     await asyncio.sleep(0)
-    log.info(
-        "operator starting",
-        extra={
-            "namespaces": ",".join(options.namespaces) or "*",
-            "metrics_port": options.metrics_port,
-            "health_port": options.health_port,
-            "peering": "standalone" if options.standalone else options.peering or "default",
-        },
-    )
+    _log_starting(options)
     try:
         await kopf.operator(
             registry=registry,
@@ -160,17 +139,66 @@ async def _serve(options: RunOptions) -> None:
         if presence is not None:
             presence.cancel()
         trimmer.cancel()
-        workers.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await workers
-        if pool_workers is not None:
-            pool_workers.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await pool_workers
+        await _cancel_and_wait(workers)
+        await _cancel_and_wait(controllers.pool_workers)
         health.close()
         metrics_server.close()
         await api.close()
         log.info("operator stopped")
+
+
+@dataclass
+class _Controllers:
+    """The controllers one process runs: the kopf registry they share and the kinds kopf must watch."""
+
+    reconciler: Reconciler
+    registry: kopf.OperatorRegistry
+    kopf_kinds: list[kube.Kind]
+    pool_workers: asyncio.Task[None] | None
+
+
+def _start_controllers(options: RunOptions, api: kube.KubeApi, metrics: OperatorMetrics) -> _Controllers:
+    """Build the VM controller (always, its workers start later) and the pool controller when enabled.
+
+    The pool workers' task is created here, before kopf starts, for the reason given in ``_serve``."""
+    store = ObjectStore(watched_kinds())
+
+    async def fetch_crd() -> dict[str, Any] | None:
+        return await api.get(kube.CRD, None, DATAVOLUME_CRD)
+
+    reconciler = Reconciler(api, store, FactsCache(fetch_crd), metrics, workers=options.max_workers)
+    registry = build_registry(reconciler, store) if "vm" in options.controllers else kopf.OperatorRegistry()
+    kopf_kinds: list[kube.Kind] = list(VM_CONTROLLER_KINDS) if "vm" in options.controllers else []
+    pool_workers: asyncio.Task[None] | None = None
+    if "pool" in options.controllers:
+        from uds_vm_operator.controller.pool import POOL, PoolController  # noqa: PLC0415
+
+        kopf_kinds += [POOL, kube.UDS_VM]  # a repeat is harmless: presence is checked as a set
+        pools = PoolController(api, metrics)
+        pools.register(registry)
+        pool_workers = asyncio.create_task(pools.run(), name="pool-workers")
+    return _Controllers(reconciler, registry, kopf_kinds, pool_workers)
+
+
+def _log_starting(options: RunOptions) -> None:
+    log.info(
+        "operator starting",
+        extra={
+            "namespaces": ",".join(options.namespaces) or "*",
+            "metrics_port": options.metrics_port,
+            "health_port": options.health_port,
+            "peering": "standalone" if options.standalone else options.peering or "default",
+        },
+    )
+
+
+async def _cancel_and_wait(task: asyncio.Task[None] | None) -> None:
+    """Cancel one of our worker tasks and wait until it has ended (it never ends by itself)."""
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 def _kopf_settings(

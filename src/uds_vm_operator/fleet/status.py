@@ -17,6 +17,7 @@ from uds_vm_operator.fleet.members import MemberView
 from uds_vm_operator.fleet.planner import RolloutParameters, min_ready, rollout_complete
 from uds_vm_operator.render.common import POOL_LABEL
 from uds_vm_operator.runtime.conditions import FALSE, TRUE, Condition, by_type, stamp, transition_time
+from uds_vm_operator.runtime.timestamps import rfc3339
 
 
 @dataclass(frozen=True)
@@ -82,17 +83,12 @@ def count_members(replicas: int, members: Sequence[MemberView], target_revision:
     )
 
 
-def format_time(moment: datetime) -> str:
-    """RFC 3339 in UTC with second precision, as Kubernetes writes timestamps."""
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def condition(
     type_: str, status: bool, reason: str, message: str, *, now: datetime, generation: int | None
 ) -> dict[str, Any]:
     """One ``metav1.Condition``-shaped dict, stamped ``now`` (:func:`merge_conditions` keeps older times)."""
     value = Condition(TRUE if status else FALSE, reason, message)
-    return stamp(type_, value, None, now=format_time(now), generation=generation)
+    return stamp(type_, value, None, now=rfc3339(now), generation=generation)
 
 
 def merge_conditions(

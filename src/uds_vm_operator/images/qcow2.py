@@ -92,6 +92,23 @@ def probe(source: ByteSource) -> bool:
 
 def inspect(source: ByteSource) -> ImageInfo:
     """Parse and validate the header; collect backing and external data file references."""
+    header, header_length, backing_name_field = _read_header(source)
+    _validate_l1(source, header)
+    cluster_size = 1 << header.cluster_bits
+    refs = _backing_file_refs(source, backing_name_field, cluster_size)
+    extensions = _read_extensions(source, header_length, cluster_size)
+    refs += _data_file_refs(source.name, header.incompatible, extensions)
+    return ImageInfo(
+        format=QCOW2,
+        virtual_size=header.virtual_size,
+        details=_details(header, extensions),
+        backing_refs=refs,
+        layout=header,
+    )
+
+
+def _read_header(source: ByteSource) -> tuple[Qcow2Header, int, tuple[int, int]]:
+    """The validated header, its length, and the backing file name field (offset, size)."""
     name = source.name
     (
         _magic,
@@ -114,20 +131,9 @@ def inspect(source: ByteSource) -> ImageInfo:
         raise CorruptImageError(
             f"{name}: qcow2 cluster_bits {cluster_bits} is outside 9..21; the header is corrupt"
         )
-    cluster_size = 1 << cluster_bits
-    incompatible = 0
-    header_length = 72
-    compression_type = COMPRESSION_ZLIB
+    incompatible, header_length, compression_type = 0, 72, COMPRESSION_ZLIB
     if version == 3:
-        incompatible, _compat, _autoclear, refcount_order, header_length = unpack_at(source, 72, ">QQQII")
-        if header_length < 104 or header_length > cluster_size or header_length % 8:
-            raise CorruptImageError(
-                f"{name}: qcow2 header length {header_length} is invalid; the header is corrupt"
-            )
-        if refcount_order > 6:
-            raise CorruptImageError(f"{name}: qcow2 refcount order {refcount_order} is invalid")
-        if header_length > 104:
-            (compression_type,) = unpack_at(source, 104, ">B")
+        incompatible, header_length, compression_type = _read_v3_fields(source, 1 << cluster_bits)
     _check_features(name, incompatible, compression_type)
     if size > MAX_VIRTUAL_SIZE:
         raise CorruptImageError(f"{name}: qcow2 virtual size {size} bytes is absurd; the header is corrupt")
@@ -141,38 +147,61 @@ def inspect(source: ByteSource) -> ImageInfo:
         compression_type=compression_type,
         crypt_method=crypt_method,
     )
-    _validate_l1(source, header)
+    return header, header_length, (backing_offset, backing_size)
 
-    refs: list[BackingRef] = []
-    if backing_offset:
-        if backing_size == 0 or backing_size > MAX_BACKING_NAME or backing_offset >= cluster_size:
-            raise CorruptImageError(
-                f"{name}: qcow2 backing file name field is invalid; the header is corrupt"
-            )
-        raw_name = source.read_at(backing_offset, backing_size)
-        refs.append(BackingRef("backing file", raw_name.decode("utf-8", "replace")))
 
-    extensions = _read_extensions(source, header_length, cluster_size)
+def _read_v3_fields(source: ByteSource, cluster_size: int) -> tuple[int, int, int]:
+    """Version 3's additions: incompatible feature bits, header length, compression type."""
+    incompatible, _compat, _autoclear, refcount_order, header_length = unpack_at(source, 72, ">QQQII")
+    if header_length < 104 or header_length > cluster_size or header_length % 8:
+        raise CorruptImageError(
+            f"{source.name}: qcow2 header length {header_length} is invalid; the header is corrupt"
+        )
+    if refcount_order > 6:
+        raise CorruptImageError(f"{source.name}: qcow2 refcount order {refcount_order} is invalid")
+    compression_type = COMPRESSION_ZLIB
+    if header_length > 104:
+        (compression_type,) = unpack_at(source, 104, ">B")
+    return incompatible, header_length, compression_type
+
+
+def _backing_file_refs(source: ByteSource, field: tuple[int, int], cluster_size: int) -> list[BackingRef]:
+    """The backing file the header names, if any (its name must lie in the first cluster)."""
+    backing_offset, backing_size = field
+    if not backing_offset:
+        return []
+    if backing_size == 0 or backing_size > MAX_BACKING_NAME or backing_offset >= cluster_size:
+        raise CorruptImageError(
+            f"{source.name}: qcow2 backing file name field is invalid; the header is corrupt"
+        )
+    raw_name = source.read_at(backing_offset, backing_size)
+    return [BackingRef("backing file", raw_name.decode("utf-8", "replace"))]
+
+
+def _data_file_refs(name: str, incompatible: int, extensions: dict[int, bytes]) -> list[BackingRef]:
+    """The external data file, which the feature bit and the extension must agree on."""
     data_file = extensions.get(EXT_DATA_FILE)
     if incompatible & INCOMPAT_DATA_FILE:
         name_text = data_file.decode("utf-8", "replace") if data_file else "(name not recorded in the image)"
-        refs.append(BackingRef("external data file", name_text))
-    elif data_file is not None:
+        return [BackingRef("external data file", name_text)]
+    if data_file is not None:
         raise CorruptImageError(f"{name}: qcow2 has a data-file extension without its feature bit")
+    return []
 
+
+def _details(header: Qcow2Header, extensions: dict[int, bytes]) -> dict[str, str | int | bool]:
+    """What `uds-vmctl prep` reports about the image, as qemu-img info names it."""
     details: dict[str, str | int | bool] = {
-        "qcow2_version": version,
-        "compat": "0.10" if version == 2 else "1.1",
-        "cluster_size": cluster_size,
-        "compression_type": "zstd" if compression_type == COMPRESSION_ZSTD else "zlib",
+        "qcow2_version": header.version,
+        "compat": "0.10" if header.version == 2 else "1.1",
+        "cluster_size": 1 << header.cluster_bits,
+        "compression_type": "zstd" if header.compression_type == COMPRESSION_ZSTD else "zlib",
         "extended_l2": header.extended_l2,
-        "encrypted": crypt_method != 0,
+        "encrypted": header.crypt_method != 0,
     }
     if EXT_BACKING_FORMAT in extensions:
         details["backing_format"] = one_line(extensions[EXT_BACKING_FORMAT].decode("utf-8", "replace"))
-    return ImageInfo(
-        format=QCOW2, virtual_size=header.virtual_size, details=details, backing_refs=refs, layout=header
-    )
+    return details
 
 
 def _check_features(name: str, incompatible: int, compression_type: int) -> None:

@@ -82,25 +82,14 @@ def survey_image(
             # Decompressors (gzip, lzma, tarfile, zstandard) load only for wrapped images: faster start-up.
             from uds_vm_operator.images import wrappers  # noqa: PLC0415
         if compression:
-            if progress:
-                progress.start(f"reading and decompressing ({compression})", source.size)
-            result = wrappers.inspect_compressed(
-                fd=source.fd,
-                name=os.path.basename(path),
-                kind=compression,
+            return _survey_compressed(
+                survey,
+                source,
+                compression,
                 algorithms=algorithms,
-                want_content=content_digest,
-                progress=progress.advance if progress else None,
+                content_digest=content_digest,
+                progress=progress,
             )
-            survey.info = result.info
-            survey.digests = result.file_digests if result.info.airgap_verified else {}
-            survey.content_sha256 = result.content_sha256 if result.info.airgap_verified else None
-            if content_digest and survey.content_sha256 is None and result.info.airgap_verified:
-                survey.content_note = (
-                    f"content digest of a compressed {result.info.format} is not computed; "
-                    "decompress it and run prep on the file"
-                )
-            return survey
         inner: ByteSource = source
         if is_tar(head):
             survey.info, inner = wrappers.inspect_plain_tar(source, os.path.basename(path))
@@ -231,6 +220,39 @@ def inspect_image(path: str) -> ImageInfo:
             )
             return result.info
         return wrappers.inspect_plain_tar(source, os.path.basename(path))[0]
+
+
+def _survey_compressed(
+    survey: ImageSurvey,
+    source: FileSource,
+    compression: str,
+    *,
+    algorithms: list[str],
+    content_digest: bool,
+    progress: ProgressSink | None,
+) -> ImageSurvey:
+    """A compressed image is inspected and digested in one streaming pass through its decompressor."""
+    from uds_vm_operator.images import wrappers  # noqa: PLC0415  (see survey_image)
+
+    if progress:
+        progress.start(f"reading and decompressing ({compression})", source.size)
+    result = wrappers.inspect_compressed(
+        fd=source.fd,
+        name=os.path.basename(survey.path),
+        kind=compression,
+        algorithms=algorithms,
+        want_content=content_digest,
+        progress=progress.advance if progress else None,
+    )
+    survey.info = result.info
+    survey.digests = result.file_digests if result.info.airgap_verified else {}
+    survey.content_sha256 = result.content_sha256 if result.info.airgap_verified else None
+    if content_digest and survey.content_sha256 is None and result.info.airgap_verified:
+        survey.content_note = (
+            f"content digest of a compressed {result.info.format} is not computed; "
+            "decompress it and run prep on the file"
+        )
+    return survey
 
 
 def _refuse_empty(source: FileSource) -> None:

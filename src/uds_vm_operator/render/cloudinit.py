@@ -189,127 +189,144 @@ def _users(cloud_init: CloudInit) -> list[Any]:
     return users
 
 
+def _apt_periodic_files(update: AutoUpdate) -> list[dict[str, Any]]:
+    """apt's periodic switches and unattended-upgrades' reboot policy (reboot only with a window)."""
+    enabled = "1" if update.enabled else "0"
+    reboot = (
+        'Unattended-Upgrade::Automatic-Reboot "true";\n'
+        "Unattended-Upgrade::Automatic-Reboot-Time "
+        f"{apt_conf_string('spec.cloudInit.autoUpdate.rebootWindow', update.reboot_window)};\n"
+        if update.reboot_window
+        else 'Unattended-Upgrade::Automatic-Reboot "false";\n'
+    )
+    return [
+        {
+            "path": "/etc/apt/apt.conf.d/20auto-upgrades",
+            "permissions": "0644",
+            "content": f'APT::Periodic::Update-Package-Lists "{enabled}";\n'
+            f'APT::Periodic::Unattended-Upgrade "{enabled}";\n',
+        },
+        {
+            "path": "/etc/apt/apt.conf.d/52uds-unattended-upgrades",
+            "permissions": "0644",
+            "content": reboot,
+        },
+    ]
+
+
+def _apt_mirror(update: AutoUpdate) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(top-level keys, write_files): cloud-init's ``apt`` sources on the local mirror, and its key."""
+    top: dict[str, Any] = {}
+    files: list[dict[str, Any]] = []
+    if update.apt_mirror:
+        # cloud-init writes the uri into a sources.list line: whitespace would add options or components.
+        uri = checked_value("spec.cloudInit.autoUpdate.aptMirror", update.apt_mirror, forbid=" ")
+        mirror = [{"arches": ["default"], "uri": uri}]
+        # Debian's packaged cloud.cfg sets apt.preserve_sources_list: true, which would keep the image's
+        # sources.list and silently ignore the mirror (seen in a booted Debian 12 guest).
+        top["apt"] = {"preserve_sources_list": False, "primary": mirror, "security": mirror}
+    if update.apt_mirror_key:
+        # An armored key in trusted.gpg.d (apt >= 1.4) needs no gpg in the guest, unlike cloud-init's
+        # mirror ``key`` (it runs ``gpg --dearmor``); write_files runs before apt and packages.
+        files.append(
+            {
+                "path": APT_MIRROR_KEY_PATH,
+                "permissions": "0644",
+                "content": update.apt_mirror_key.strip() + "\n",
+            }
+        )
+    return top, files
+
+
+def _dnf_automatic_file(update: AutoUpdate) -> dict[str, Any]:
+    """dnf-automatic's configuration: apply or only download, and reboot only with a window."""
+    apply = "yes" if update.enabled else "no"
+    reboot = "when-needed" if update.reboot_window else "never"
+    commands_section = [
+        ("upgrade_type", "default"),
+        ("download_updates", "yes"),
+        ("apply_updates", apply),
+        ("reboot", reboot),
+    ]
+    if update.reboot_window:
+        commands_section.append(("reboot_command", f'"shutdown -r {update.reboot_window}"'))
+    return {
+        "path": "/etc/dnf/automatic.conf",
+        "permissions": "0644",
+        "content": ini_file(
+            [("commands", commands_section), ("emitters", [("emit_via", "stdio")])],
+            "spec.cloudInit.autoUpdate",
+            separator=" = ",
+        ),
+    }
+
+
+def _yum_mirror(update: AutoUpdate) -> dict[str, Any]:
+    """The top-level ``yum_repos`` key for the local mirror, or nothing without one."""
+    if not update.yum_mirror:
+        return {}
+    return {
+        "yum_repos": {
+            "uds-mirror": {
+                "name": "Local mirror (uds-vm-operator)",
+                # cloud-init writes this into a .repo INI file: one line, so no newline may get in.
+                "baseurl": checked_value(
+                    "spec.cloudInit.autoUpdate.yumMirror", update.yum_mirror, forbid=" "
+                ),
+                "enabled": True,
+                "gpgcheck": True,
+            }
+        }
+    }
+
+
+def _timer_schedule_file(timer: str, schedule: str) -> dict[str, Any]:
+    """A drop-in that replaces the update timer's packaged schedule with the declared one."""
+    return {
+        "path": f"/etc/systemd/system/{timer}.d/50-uds-schedule.conf",
+        "permissions": "0644",
+        # OnCalendar= (empty) first resets the packaged schedule; the value is one checked line.
+        "content": ini_file(
+            [
+                (
+                    "Timer",
+                    [
+                        ("OnCalendar", ""),
+                        ("OnCalendar", schedule),
+                        ("RandomizedDelaySec", "0"),
+                    ],
+                )
+            ],
+            "spec.cloudInit.autoUpdate.schedule",
+        ),
+    }
+
+
 def _auto_update(
     flavor: str, update: AutoUpdate
 ) -> tuple[dict[str, Any], list[str], list[dict[str, Any]], list[str]]:
     """(top-level keys, packages, write_files, runcmd) for guest updates of one flavour."""
-    top: dict[str, Any] = {}
-    files: list[dict[str, Any]] = []
-    commands: list[str] = []
     if flavor in APT_FLAVORS:
-        packages = ["unattended-upgrades"]
-        enabled = "1" if update.enabled else "0"
-        files.append(
-            {
-                "path": "/etc/apt/apt.conf.d/20auto-upgrades",
-                "permissions": "0644",
-                "content": f'APT::Periodic::Update-Package-Lists "{enabled}";\n'
-                f'APT::Periodic::Unattended-Upgrade "{enabled}";\n',
-            }
-        )
-        reboot = (
-            'Unattended-Upgrade::Automatic-Reboot "true";\n'
-            "Unattended-Upgrade::Automatic-Reboot-Time "
-            f"{apt_conf_string('spec.cloudInit.autoUpdate.rebootWindow', update.reboot_window)};\n"
-            if update.reboot_window
-            else 'Unattended-Upgrade::Automatic-Reboot "false";\n'
-        )
-        files.append(
-            {
-                "path": "/etc/apt/apt.conf.d/52uds-unattended-upgrades",
-                "permissions": "0644",
-                "content": reboot,
-            }
-        )
-        timer = "apt-daily-upgrade.timer"
-        if update.apt_mirror:
-            # cloud-init writes the uri into a sources.list line: whitespace would add options or components.
-            uri = checked_value("spec.cloudInit.autoUpdate.aptMirror", update.apt_mirror, forbid=" ")
-            mirror = [{"arches": ["default"], "uri": uri}]
-            # Debian's packaged cloud.cfg sets apt.preserve_sources_list: true, which would keep the image's
-            # sources.list and silently ignore the mirror (seen in a booted Debian 12 guest).
-            top["apt"] = {"preserve_sources_list": False, "primary": mirror, "security": mirror}
-        if update.apt_mirror_key:
-            # An armored key in trusted.gpg.d (apt >= 1.4) needs no gpg in the guest, unlike cloud-init's
-            # mirror ``key`` (it runs ``gpg --dearmor``); write_files runs before apt and packages.
-            files.append(
-                {
-                    "path": APT_MIRROR_KEY_PATH,
-                    "permissions": "0644",
-                    "content": update.apt_mirror_key.strip() + "\n",
-                }
-            )
+        packages, timer = ["unattended-upgrades"], "apt-daily-upgrade.timer"
+        files = _apt_periodic_files(update)
+        top, key_files = _apt_mirror(update)
+        files += key_files
     else:
-        packages = ["dnf-automatic"]
-        apply = "yes" if update.enabled else "no"
-        reboot = "when-needed" if update.reboot_window else "never"
-        commands_section = [
-            ("upgrade_type", "default"),
-            ("download_updates", "yes"),
-            ("apply_updates", apply),
-            ("reboot", reboot),
-        ]
-        if update.reboot_window:
-            commands_section.append(("reboot_command", f'"shutdown -r {update.reboot_window}"'))
-        files.append(
-            {
-                "path": "/etc/dnf/automatic.conf",
-                "permissions": "0644",
-                "content": ini_file(
-                    [("commands", commands_section), ("emitters", [("emit_via", "stdio")])],
-                    "spec.cloudInit.autoUpdate",
-                    separator=" = ",
-                ),
-            }
-        )
-        timer = "dnf-automatic.timer"
-        if update.yum_mirror:
-            top["yum_repos"] = {
-                "uds-mirror": {
-                    "name": "Local mirror (uds-vm-operator)",
-                    # cloud-init writes this into a .repo INI file: one line, so no newline may get in.
-                    "baseurl": checked_value(
-                        "spec.cloudInit.autoUpdate.yumMirror", update.yum_mirror, forbid=" "
-                    ),
-                    "enabled": True,
-                    "gpgcheck": True,
-                }
-            }
-    files.append(
-        {
-            "path": f"/etc/systemd/system/{timer}.d/50-uds-schedule.conf",
-            "permissions": "0644",
-            # OnCalendar= (empty) first resets the packaged schedule; the value is one checked line.
-            "content": ini_file(
-                [
-                    (
-                        "Timer",
-                        [
-                            ("OnCalendar", ""),
-                            ("OnCalendar", update.schedule),
-                            ("RandomizedDelaySec", "0"),
-                        ],
-                    )
-                ],
-                "spec.cloudInit.autoUpdate.schedule",
-            ),
-        }
-    )
-    commands.append("systemctl daemon-reload")
-    if update.enabled:
-        commands.append(f"systemctl enable --now {timer}")
-    else:
-        commands.append(f"systemctl disable --now {timer}")
+        packages, timer = ["dnf-automatic"], "dnf-automatic.timer"
+        files = [_dnf_automatic_file(update)]
+        top = _yum_mirror(update)
+    files.append(_timer_schedule_file(timer, update.schedule))
+    commands = [
+        "systemctl daemon-reload",
+        f"systemctl {'enable' if update.enabled else 'disable'} --now {timer}",
+    ]
     return top, packages, files, commands
 
 
-def hardening_document(owner: Owner, cloud_init: CloudInit) -> dict[str, Any]:
-    """The operator's cloud-config baseline for the flavour (before any user data is merged under it)."""
-    ubuntu = cloud_init.flavor == "ubuntu"
-    apt = cloud_init.flavor in APT_FLAVORS
-    sshd_lines = list(_SSHD_BASE) + (list(_SSHD_FIPS) if cloud_init.fips else [])
-    packages = ["auditd" if apt else "audit"]
-    files: list[dict[str, Any]] = [
+def _baseline_files(fips: bool) -> list[dict[str, Any]]:
+    """The sshd drop-in (key-only, no root; approved algorithms with FIPS) and the audit rules."""
+    sshd_lines = list(_SSHD_BASE) + (list(_SSHD_FIPS) if fips else [])
+    return [
         {
             "path": SSHD_DROPIN_PATH,
             "owner": "root:root",
@@ -325,7 +342,11 @@ def hardening_document(owner: Owner, cloud_init: CloudInit) -> dict[str, Any]:
             "content": "# Managed by uds-vm-operator (AU-2, AU-12).\n" + "\n".join(_AUDIT_RULES) + "\n",
         },
     ]
-    commands = [
+
+
+def _baseline_commands(apt: bool) -> list[str]:
+    """Lock root, start auditing, put our sshd drop-in first in sshd_config, and restart sshd."""
+    return [
         "passwd --lock root",
         "systemctl enable --now auditd",
         "augenrules --load",
@@ -333,6 +354,10 @@ def hardening_document(owner: Owner, cloud_init: CloudInit) -> dict[str, Any]:
         f"sed -i '1i {SSHD_INCLUDE_FIRST}' {SSHD_CONFIG_PATH}",
         f"systemctl restart {'ssh' if apt else 'sshd'}",
     ]
+
+
+def _baseline_keys(owner: Owner, cloud_init: CloudInit) -> dict[str, Any]:
+    """Hostname, SSH and user settings: no password logins, fresh host keys, key-only users."""
     document: dict[str, Any] = {
         "hostname": owner.name,
         "ssh_pwauth": False,
@@ -342,20 +367,36 @@ def hardening_document(owner: Owner, cloud_init: CloudInit) -> dict[str, Any]:
     }
     if cloud_init.ssh_authorized_keys:
         document["ssh_authorized_keys"] = list(cloud_init.ssh_authorized_keys)
-    if cloud_init.fips and cloud_init.flavor in FIPS_CAPABLE_FLAVORS:
-        if ubuntu:
-            # Ubuntu Pro FIPS (22.04+: fips-updates). An air gap needs a local Pro setup; a token may be
-            # supplied through userData (ubuntu_pro.token) and survives the merge.
-            document["ubuntu_pro"] = {"enable": ["fips-updates"]}
-        else:
-            commands.append(
-                f"fips-mode-setup --is-enabled || (fips-mode-setup --enable && touch {FIPS_REBOOT_MARKER})"
-            )
-            document["power_state"] = {
-                "mode": "reboot",
-                "message": "Rebooting to enter FIPS mode (uds-vm-operator)",
-                "condition": f"test -f {FIPS_REBOOT_MARKER}",
-            }
+    return document
+
+
+def _fips_mode(cloud_init: CloudInit) -> tuple[dict[str, Any], list[str]]:
+    """(top-level keys, runcmd) that put a FIPS-capable guest into FIPS mode; nothing for the others."""
+    if not (cloud_init.fips and cloud_init.flavor in FIPS_CAPABLE_FLAVORS):
+        return {}, []
+    if cloud_init.flavor == "ubuntu":
+        # Ubuntu Pro FIPS (22.04+: fips-updates). An air gap needs a local Pro setup; a token may be
+        # supplied through userData (ubuntu_pro.token) and survives the merge.
+        return {"ubuntu_pro": {"enable": ["fips-updates"]}}, []
+    command = f"fips-mode-setup --is-enabled || (fips-mode-setup --enable && touch {FIPS_REBOOT_MARKER})"
+    power_state = {
+        "mode": "reboot",
+        "message": "Rebooting to enter FIPS mode (uds-vm-operator)",
+        "condition": f"test -f {FIPS_REBOOT_MARKER}",
+    }
+    return {"power_state": power_state}, [command]
+
+
+def hardening_document(owner: Owner, cloud_init: CloudInit) -> dict[str, Any]:
+    """The operator's cloud-config baseline for the flavour (before any user data is merged under it)."""
+    apt = cloud_init.flavor in APT_FLAVORS
+    packages = ["auditd" if apt else "audit"]
+    files = _baseline_files(cloud_init.fips)
+    commands = _baseline_commands(apt)
+    document = _baseline_keys(owner, cloud_init)
+    fips_keys, fips_commands = _fips_mode(cloud_init)
+    document.update(fips_keys)
+    commands += fips_commands
     if cloud_init.auto_update is not None:
         top, update_packages, update_files, update_commands = _auto_update(
             cloud_init.flavor, cloud_init.auto_update

@@ -139,8 +139,14 @@ def _synchronous_commands(tag: str, command_tag: str, commands: list[tuple[str, 
     return _element(tag, entries)
 
 
-def _windows_pe_pass(spec: UDSVirtualMachineSpec, efi: bool) -> str:
-    international = _component(
+# The partitions setup creates on disk 0, as (Order, Type, Size in MB, Extend); the last one holds Windows.
+_EFI_PARTITIONS = (("1", "EFI", "100", None), ("2", "MSR", "16", None), ("3", "Primary", None, "true"))
+_BIOS_PARTITIONS = (("1", "Primary", None, "true"),)
+
+
+def _international_component() -> str:
+    """Setup's own language and locales (en-US), so Windows PE asks no questions."""
+    return _component(
         "Microsoft-Windows-International-Core-WinPE",
         [
             _element("SetupUILanguage", [_element("UILanguage", "en-US")]),
@@ -150,17 +156,11 @@ def _windows_pe_pass(spec: UDSVirtualMachineSpec, efi: bool) -> str:
             _element("UserLocale", "en-US"),
         ],
     )
-    if efi:
-        partitions = [
-            ("1", "EFI", "100", None),
-            ("2", "MSR", "16", None),
-            ("3", "Primary", None, "true"),
-        ]
-        install_partition = "3"
-    else:
-        partitions = [("1", "Primary", None, "true")]
-        install_partition = "1"
-    create = [
+
+
+def _create_partitions(efi: bool) -> list[str]:
+    partitions = _EFI_PARTITIONS if efi else _BIOS_PARTITIONS
+    return [
         _element(
             "CreatePartition",
             [_element("Order", order), _element("Type", kind)]
@@ -170,105 +170,95 @@ def _windows_pe_pass(spec: UDSVirtualMachineSpec, efi: bool) -> str:
         )
         for order, kind, size, extend in partitions
     ]
-    modify: list[str] = []
+
+
+def _modify_partitions(efi: bool) -> list[str]:
+    """Format and label the new partitions; the Windows one becomes C: (and, with BIOS, the active one)."""
     if efi:
-        modify = [
-            _element(
-                "ModifyPartition",
-                [
-                    _element("Order", "1"),
-                    _element("PartitionID", "1"),
-                    _element("Format", "FAT32"),
-                    _element("Label", "System"),
-                ],
-                'wcm:action="add"',
-            ),
-            _element(
-                "ModifyPartition",
-                [
-                    _element("Order", "2"),
-                    _element("PartitionID", "3"),
-                    _element("Format", "NTFS"),
-                    _element("Label", "Windows"),
-                    _element("Letter", "C"),
-                ],
-                'wcm:action="add"',
-            ),
+        layouts = [
+            [("Order", "1"), ("PartitionID", "1"), ("Format", "FAT32"), ("Label", "System")],
+            [("Order", "2"), ("PartitionID", "3"), ("Format", "NTFS"), ("Label", "Windows"), ("Letter", "C")],
         ]
     else:
-        modify = [
-            _element(
-                "ModifyPartition",
-                [
-                    _element("Order", "1"),
-                    _element("PartitionID", "1"),
-                    _element("Format", "NTFS"),
-                    _element("Label", "Windows"),
-                    _element("Letter", "C"),
-                    _element("Active", "true"),
-                ],
-                'wcm:action="add"',
-            )
+        layouts = [
+            [
+                ("Order", "1"),
+                ("PartitionID", "1"),
+                ("Format", "NTFS"),
+                ("Label", "Windows"),
+                ("Letter", "C"),
+                ("Active", "true"),
+            ]
         ]
+    return [
+        _element("ModifyPartition", [_element(tag, value) for tag, value in fields], 'wcm:action="add"')
+        for fields in layouts
+    ]
+
+
+def _disk_configuration(efi: bool) -> str:
+    """Wipe disk 0 and lay it out for the firmware: EFI system + MSR + Windows, or one active partition."""
     disk = _element(
         "Disk",
         [
             _element("DiskID", "0"),
             _element("WillWipeDisk", "true"),
-            _element("CreatePartitions", create),
-            _element("ModifyPartitions", modify),
+            _element("CreatePartitions", _create_partitions(efi)),
+            _element("ModifyPartitions", _modify_partitions(efi)),
         ],
         'wcm:action="add"',
     )
+    return _element("DiskConfiguration", [disk, _element("WillShowUI", "OnError")])
+
+
+def _image_install(image_index: int, partition_id: str) -> str:
+    """Install edition ``image_index`` of the install media onto the Windows partition of disk 0."""
+    install_from = _element(
+        "InstallFrom",
+        [
+            _element(
+                "MetaData",
+                [_element("Key", "/IMAGE/INDEX"), _element("Value", str(image_index))],
+                'wcm:action="add"',
+            )
+        ],
+    )
+    install_to = _element("InstallTo", [_element("DiskID", "0"), _element("PartitionID", partition_id)])
+    return _element(
+        "ImageInstall", [_element("OSImage", [install_from, install_to, _element("WillShowUI", "OnError")])]
+    )
+
+
+def _setup_component(spec: UDSVirtualMachineSpec, efi: bool) -> str:
     image_index = spec.windows.image_index if spec.windows is not None else 1
-    setup = _component(
+    windows_partition = (_EFI_PARTITIONS if efi else _BIOS_PARTITIONS)[-1][0]
+    return _component(
         "Microsoft-Windows-Setup",
         [
-            _element("DiskConfiguration", [disk, _element("WillShowUI", "OnError")]),
-            _element(
-                "ImageInstall",
-                [
-                    _element(
-                        "OSImage",
-                        [
-                            _element(
-                                "InstallFrom",
-                                [
-                                    _element(
-                                        "MetaData",
-                                        [
-                                            _element("Key", "/IMAGE/INDEX"),
-                                            _element("Value", str(image_index)),
-                                        ],
-                                        'wcm:action="add"',
-                                    )
-                                ],
-                            ),
-                            _element(
-                                "InstallTo",
-                                [_element("DiskID", "0"), _element("PartitionID", install_partition)],
-                            ),
-                            _element("WillShowUI", "OnError"),
-                        ],
-                    )
-                ],
-            ),
+            _disk_configuration(efi),
+            _image_install(image_index, windows_partition),
             _element("UserData", [_element("AcceptEula", "true")]),
         ],
     )
-    components = [international, setup]
-    if spec.windows is not None and spec.windows.driver_media is not None:
-        paths = [
-            _element(
-                "PathAndCredentials",
-                [_element("Path", f"{letter}:\\")],
-                f'wcm:action="add" wcm:keyValue="{order}"',
-            )
-            for order, letter in enumerate(_DRIVER_LETTERS, start=1)
-        ]
-        components.append(
-            _component("Microsoft-Windows-PnpCustomizationsWinPE", [_element("DriverPaths", paths)])
+
+
+def _driver_paths_component() -> str:
+    """Let PnP search every drive letter the virtio-win CD-ROM may get, so setup sees virtio disks."""
+    paths = [
+        _element(
+            "PathAndCredentials",
+            [_element("Path", f"{letter}:\\")],
+            f'wcm:action="add" wcm:keyValue="{order}"',
         )
+        for order, letter in enumerate(_DRIVER_LETTERS, start=1)
+    ]
+    return _component("Microsoft-Windows-PnpCustomizationsWinPE", [_element("DriverPaths", paths)])
+
+
+def _windows_pe_pass(spec: UDSVirtualMachineSpec, efi: bool) -> str:
+    components = [_international_component(), _setup_component(spec, efi)]
+    if spec.windows is not None and spec.windows.driver_media is not None:
+        components.append(_driver_paths_component())
     return _settings("windowsPE", components)
 
 

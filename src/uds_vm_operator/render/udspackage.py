@@ -26,7 +26,14 @@ import copy
 from typing import Any
 
 from uds_vm_operator.api.errors import SpecError
-from uds_vm_operator.api.models import AllowRule, LabelSelector, UDSVirtualMachineSpec
+from uds_vm_operator.api.models import (
+    AllowRule,
+    Exposure,
+    HttpExposure,
+    LabelSelector,
+    Network,
+    UDSVirtualMachineSpec,
+)
 from uds_vm_operator.apiversions import UDS_PACKAGE_API_VERSION
 from uds_vm_operator.render.common import VM_LABEL, service_name
 from uds_vm_operator.render.exposure import port_name
@@ -99,22 +106,18 @@ def _allow_entry(vm_name: str, rule: AllowRule, index: int) -> list[dict[str, An
     ]
 
 
-def vm_package_rules(vm_name: str, spec: UDSVirtualMachineSpec) -> dict[str, list[dict[str, Any]]]:
-    """The Package rules of one VM: ``{"allow": [...], "expose": [...], "monitor": [...]}``."""
-    network = spec.network
-    allow: list[dict[str, Any]] = []
-    selector = {VM_LABEL: vm_name}
-    prefix = rule_prefix(vm_name)
+def _egress_rules(network: Network, selector: dict[str, str], prefix: str) -> list[dict[str, Any]]:
+    """The entry for egress ``internet`` or ``vpn``; ``dns`` and ``none`` need none (UDS adds DNS itself)."""
     if network.egress == "internet":
-        allow.append(
+        return [
             {
                 "direction": "Egress",
                 "selector": selector,
                 "remoteGenerated": "Anywhere",
                 "description": f"{prefix}egress-internet",
             }
-        )
-    elif network.egress == "vpn" and network.vpn_gateway is not None:
+        ]
+    if network.egress == "vpn" and network.vpn_gateway is not None:
         entry: dict[str, Any] = {
             "direction": "Egress",
             "selector": selector,
@@ -124,47 +127,66 @@ def vm_package_rules(vm_name: str, spec: UDSVirtualMachineSpec) -> dict[str, lis
         namespace = _namespace_name(network.vpn_gateway.namespace_selector, "spec.network.vpnGateway")
         if namespace is not None:
             entry["remoteNamespace"] = namespace
-        allow.append(entry)
+        return [entry]
+    return []
+
+
+def _gateway_expose(
+    vm_name: str, item: Exposure, http: HttpExposure, selector: dict[str, str], prefix: str
+) -> dict[str, Any]:
+    """An ``expose`` entry: the admin gateway when the Gateway's name or namespace says so, else tenant."""
+    gateway = http.gateway
+    return {
+        "service": service_name(vm_name, item.port),
+        "selector": selector,
+        "gateway": "admin" if "admin" in f"{gateway.name} {gateway.namespace}" else "tenant",
+        "host": http.hostname.split(".")[0],
+        "port": item.port,
+        "targetPort": item.port,
+        "description": f"{prefix}expose-{item.port}",
+    }
+
+
+def _intra_namespace_allow(item: Exposure, selector: dict[str, str], prefix: str) -> dict[str, Any]:
+    """An exposed port without HTTP: open to the VM's own namespace (TCP only, like every Package port)."""
+    _tcp_only(item.protocol, f"spec.network.expose[port {item.port}]")
+    return {
+        "direction": "Ingress",
+        "selector": selector,
+        "remoteGenerated": "IntraNamespace",
+        "port": item.port,
+        "description": f"{prefix}expose-{item.port}",
+    }
+
+
+def _monitor_entry(item: Exposure, selector: dict[str, str], prefix: str) -> dict[str, Any]:
+    """Prometheus scrapes the guest exporter on the port named ``metrics``."""
+    return {
+        "selector": selector,
+        "portName": "metrics",
+        "targetPort": item.port,
+        "path": "/metrics",
+        "description": f"{prefix}metrics",
+    }
+
+
+def vm_package_rules(vm_name: str, spec: UDSVirtualMachineSpec) -> dict[str, list[dict[str, Any]]]:
+    """The Package rules of one VM: ``{"allow": [...], "expose": [...], "monitor": [...]}``."""
+    network = spec.network
+    selector = {VM_LABEL: vm_name}
+    prefix = rule_prefix(vm_name)
+    allow = _egress_rules(network, selector, prefix)
     for index, rule in enumerate(network.allow):
         allow += _allow_entry(vm_name, rule, index)
-
     expose: list[dict[str, Any]] = []
     monitor: list[dict[str, Any]] = []
     for item in network.expose:
         if item.http is not None:
-            gateway = item.http.gateway
-            expose.append(
-                {
-                    "service": service_name(vm_name, item.port),
-                    "selector": selector,
-                    "gateway": "admin" if "admin" in f"{gateway.name} {gateway.namespace}" else "tenant",
-                    "host": item.http.hostname.split(".")[0],
-                    "port": item.port,
-                    "targetPort": item.port,
-                    "description": f"{prefix}expose-{item.port}",
-                }
-            )
+            expose.append(_gateway_expose(vm_name, item, item.http, selector, prefix))
         else:
-            _tcp_only(item.protocol, f"spec.network.expose[port {item.port}]")
-            allow.append(
-                {
-                    "direction": "Ingress",
-                    "selector": selector,
-                    "remoteGenerated": "IntraNamespace",
-                    "port": item.port,
-                    "description": f"{prefix}expose-{item.port}",
-                }
-            )
+            allow.append(_intra_namespace_allow(item, selector, prefix))
         if port_name(item) == "metrics":
-            monitor.append(
-                {
-                    "selector": selector,
-                    "portName": "metrics",
-                    "targetPort": item.port,
-                    "path": "/metrics",
-                    "description": f"{prefix}metrics",
-                }
-            )
+            monitor.append(_monitor_entry(item, selector, prefix))
     return {"allow": allow, "expose": expose, "monitor": monitor}
 
 

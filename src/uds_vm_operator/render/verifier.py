@@ -114,40 +114,46 @@ def render_verifier_network_policy(owner: Owner) -> dict[str, Any]:
     }
 
 
-def render_verifier_pod(owner: Owner, request: VerifierRequest) -> dict[str, Any]:
-    """The verifier pod: one container running ``verify-disk`` on the read-only PVC, restricted PSS."""
-    if request.virtual_size_bytes <= 0:
-        raise ValueError(f"virtual size must be positive, got {request.virtual_size_bytes}")
+def _verify_command(request: VerifierRequest, disk_path: str) -> list[str]:
+    return [
+        "uds-vm-operator",
+        "verify-disk",
+        "--path",
+        disk_path,
+        "--virtual-size",
+        str(request.virtual_size_bytes),
+        "--expected",
+        request.expected_digest,
+        "--termination-log",
+        TERMINATION_LOG_PATH,
+    ]
+
+
+def _container_security_context() -> dict[str, Any]:
+    """Restricted PSS for the container: non-root, read-only root, no capabilities or escalation."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": VERIFIER_USER,
+        "runAsGroup": VERIFIER_USER,
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+        "privileged": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _verifier_container(request: VerifierRequest) -> dict[str, Any]:
+    """The ``verify-disk`` container with the disk attached read-only: a device for Block, else a mount."""
     block = request.volume_mode == "Block"
-    disk_path = BLOCK_DEVICE_PATH if block else FILESYSTEM_DISK_PATH
     container: dict[str, Any] = {
         "name": "verify-disk",
         "image": request.image,
         "imagePullPolicy": request.image_pull_policy,
-        "command": [
-            "uds-vm-operator",
-            "verify-disk",
-            "--path",
-            disk_path,
-            "--virtual-size",
-            str(request.virtual_size_bytes),
-            "--expected",
-            request.expected_digest,
-            "--termination-log",
-            TERMINATION_LOG_PATH,
-        ],
+        "command": _verify_command(request, BLOCK_DEVICE_PATH if block else FILESYSTEM_DISK_PATH),
         "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
         "resources": {kind: dict(values) for kind, values in DEFAULT_RESOURCES.items()},
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": VERIFIER_USER,
-            "runAsGroup": VERIFIER_USER,
-            "readOnlyRootFilesystem": True,
-            "allowPrivilegeEscalation": False,
-            "privileged": False,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": _container_security_context(),
         "terminationMessagePath": TERMINATION_LOG_PATH,
         "terminationMessagePolicy": "File",
     }
@@ -155,6 +161,25 @@ def render_verifier_pod(owner: Owner, request: VerifierRequest) -> dict[str, Any
         container["volumeDevices"] = [{"name": "disk", "devicePath": BLOCK_DEVICE_PATH}]
     else:
         container["volumeMounts"] = [{"name": "disk", "mountPath": FILESYSTEM_MOUNT_PATH, "readOnly": True}]
+    return container
+
+
+def _pod_security_context() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": VERIFIER_USER,
+        "runAsGroup": VERIFIER_USER,
+        # Read access to disk.img written by CDI as qemu (107). No fsGroup: with a read-only volume
+        # nothing may be chowned, and the disk is evidence.
+        "supplementalGroups": [QEMU_GROUP],
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def render_verifier_pod(owner: Owner, request: VerifierRequest) -> dict[str, Any]:
+    """The verifier pod: one container running ``verify-disk`` on the read-only PVC, restricted PSS."""
+    if request.virtual_size_bytes <= 0:
+        raise ValueError(f"virtual size must be positive, got {request.virtual_size_bytes}")
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -170,16 +195,8 @@ def render_verifier_pod(owner: Owner, request: VerifierRequest) -> dict[str, Any
             "terminationGracePeriodSeconds": 5,
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
-            "securityContext": {
-                "runAsNonRoot": True,
-                "runAsUser": VERIFIER_USER,
-                "runAsGroup": VERIFIER_USER,
-                # Read access to disk.img written by CDI as qemu (107). No fsGroup: with a read-only volume
-                # nothing may be chowned, and the disk is evidence.
-                "supplementalGroups": [QEMU_GROUP],
-                "seccompProfile": {"type": "RuntimeDefault"},
-            },
-            "containers": [container],
+            "securityContext": _pod_security_context(),
+            "containers": [_verifier_container(request)],
             "volumes": [
                 {"name": "disk", "persistentVolumeClaim": {"claimName": request.pvc_name, "readOnly": True}}
             ],

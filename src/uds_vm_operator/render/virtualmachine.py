@@ -222,18 +222,11 @@ def stable_mac_address(owner: Owner) -> str:
     return ":".join(f"{octet:02x}" for octet in digest)
 
 
-def render_virtual_machine(
-    owner: Owner, spec: UDSVirtualMachineSpec, facts: ClusterFacts, *, run_strategy: str | None = None
+def _devices(
+    owner: Owner, spec: UDSVirtualMachineSpec, facts: ClusterFacts, disks: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    """The KubeVirt VirtualMachine ``<name>``; ``run_strategy`` overrides ``spec.runStrategy`` (e.g. Halted
-    while the disk digest is not yet verified)."""
-    strategy = run_strategy or spec.run_strategy
-    if strategy not in RUN_STRATEGIES:
-        raise SpecError(f"runStrategy {strategy!r} is not one of {', '.join(sorted(RUN_STRATEGIES))}")
-    firmware, needs_smm = _firmware(spec, facts)
+    """No graphics, one masquerade NIC with a stable MAC, the disks, and a vTPM when the firmware has one."""
     _, tpm = firmware_choice(spec)
-    disks, volumes = _disks_and_volumes(owner, spec)
-
     devices: dict[str, Any] = {
         "autoattachGraphicsDevice": False,
         "disks": disks,
@@ -241,8 +234,15 @@ def render_virtual_machine(
     }
     if tpm:
         devices["tpm"] = {"persistent": True} if facts.persistent_vm_state else {}
+    return devices
 
-    domain: dict[str, Any] = {"devices": devices, "firmware": firmware}
+
+def _domain(
+    owner: Owner, spec: UDSVirtualMachineSpec, facts: ClusterFacts, disks: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The domain minus CPU and memory: devices, firmware, SMM for secure boot, Windows' clock and Hyper-V."""
+    firmware, needs_smm = _firmware(spec, facts)
+    domain: dict[str, Any] = {"devices": _devices(owner, spec, facts, disks), "firmware": firmware}
     features: dict[str, Any] = {}
     if needs_smm:
         features["smm"] = {"enabled": True}
@@ -251,11 +251,17 @@ def render_virtual_machine(
         domain["clock"] = dict(_WINDOWS_CLOCK)
     if features:
         domain["features"] = features
+    return domain
 
-    vm_spec: dict[str, Any] = {"runStrategy": strategy}
+
+def _sizing(spec: UDSVirtualMachineSpec) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(VM spec keys, domain keys): an instancetype (KubeVirt refuses explicit CPU and memory with one), or
+    cores and guest memory, declared or the OS default; a preference in either case."""
+    references: dict[str, Any] = {}
+    sizing: dict[str, Any] = {}
     resources = spec.resources
     if resources is not None and resources.instancetype is not None:
-        vm_spec["instancetype"] = {"name": resources.instancetype}
+        references["instancetype"] = {"name": resources.instancetype}
     else:
         cpu = resources.cpu if resources is not None and resources.cpu is not None else _DEFAULT_CPU[spec.os]
         memory = (
@@ -263,11 +269,16 @@ def render_virtual_machine(
             if resources is not None and resources.memory is not None
             else _DEFAULT_MEMORY[spec.os]
         )
-        domain["cpu"] = {"cores": cpu}
-        domain["memory"] = {"guest": memory}
+        sizing["cpu"] = {"cores": cpu}
+        sizing["memory"] = {"guest": memory}
     if resources is not None and resources.preference is not None:
-        vm_spec["preference"] = {"name": resources.preference}
+        references["preference"] = {"name": resources.preference}
+    return references, sizing
 
+
+def _template_spec(
+    spec: UDSVirtualMachineSpec, domain: dict[str, Any], volumes: list[dict[str, Any]]
+) -> dict[str, Any]:
     template_spec: dict[str, Any] = {
         "domain": domain,
         "evictionStrategy": eviction_strategy(spec),
@@ -276,9 +287,25 @@ def render_virtual_machine(
     }
     if spec.effective_readiness == "guestAgent":
         template_spec["readinessProbe"] = dict(GUEST_AGENT_READINESS)
+    return template_spec
+
+
+def render_virtual_machine(
+    owner: Owner, spec: UDSVirtualMachineSpec, facts: ClusterFacts, *, run_strategy: str | None = None
+) -> dict[str, Any]:
+    """The KubeVirt VirtualMachine ``<name>``; ``run_strategy`` overrides ``spec.runStrategy`` (e.g. Halted
+    while the disk digest is not yet verified)."""
+    strategy = run_strategy or spec.run_strategy
+    if strategy not in RUN_STRATEGIES:
+        raise SpecError(f"runStrategy {strategy!r} is not one of {', '.join(sorted(RUN_STRATEGIES))}")
+    disks, volumes = _disks_and_volumes(owner, spec)
+    domain = _domain(owner, spec, facts, disks)
+    references, sizing = _sizing(spec)
+    domain.update(sizing)
+    vm_spec: dict[str, Any] = {"runStrategy": strategy, **references}
     vm_spec["template"] = {
         "metadata": {"labels": {**dict(owner.pod_labels), **MANAGED_BY_LABEL, VM_LABEL: owner.name}},
-        "spec": template_spec,
+        "spec": _template_spec(spec, domain, volumes),
     }
     return {
         "apiVersion": KUBEVIRT_API_VERSION,

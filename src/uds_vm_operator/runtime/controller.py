@@ -12,32 +12,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from uds_vm_operator.metrics import OperatorMetrics
 from uds_vm_operator.runtime import kube
 from uds_vm_operator.runtime.errors import ControllerError
 from uds_vm_operator.runtime.events import build_event
+from uds_vm_operator.runtime.timestamps import micro_time, rfc3339, utc_now
 from uds_vm_operator.runtime.workqueue import MAX_BACKOFF_S, Backoff, KeyedWorkQueue
 
 Key = tuple[str, str]
 """(namespace, name) of the object a controller reconciles."""
-
-
-def utc_now() -> datetime:
-    """Current time; a seam so tests can pin it."""
-    return datetime.now(UTC)
-
-
-def rfc3339(moment: datetime) -> str:
-    """Kubernetes ``metav1.Time``: UTC, second precision."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def micro_time(moment: datetime) -> str:
-    """Kubernetes ``metav1.MicroTime`` (an Event's ``eventTime``): UTC, microseconds."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class Controller:

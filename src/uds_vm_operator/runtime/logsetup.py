@@ -14,6 +14,8 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from uds_vm_operator.runtime.timestamps import micro_time
+
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 _KOPF_INTERNAL = {"settings", "k8s_skip", "k8s_ref"}
 _SECRETISH = re.compile(
@@ -31,7 +33,7 @@ class JsonLineFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         payload: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+            "time": micro_time(datetime.fromtimestamp(record.created, UTC)),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": redact(record.getMessage()),
