@@ -460,6 +460,22 @@ def _startup(kubeconfig: Path, calibration: dict[str, Any], results: dict[str, A
 # --------------------------------------------------------------------------------------------- pools
 
 
+def _grant_golden_images(api: Any, namespace: str) -> None:
+    """The grant a site's admin gives (``uds-vmctl golden-image rbac``): the members clone golden-images'
+    DataSources, and the operator refuses a clone the namespace was not granted (ADR 0016)."""
+    from uds_vm_operator.cli.goldenimage import golden_image_manifests  # noqa: PLC0415
+
+    for manifest in golden_image_manifests("golden-images", [namespace]):
+        meta = manifest["metadata"]
+        if manifest["kind"] == "Namespace":
+            path = f"/api/v1/namespaces/{meta['name']}"
+        else:
+            plural = {"Role": "roles", "RoleBinding": "rolebindings"}[manifest["kind"]]
+            rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{meta['namespace']}"
+            path = f"{rbac}/{plural}/{meta['name']}"
+        api.apply(manifest, path)
+
+
 def _pools(kubeconfig: Path, results: dict[str, Any]) -> None:
     from operator_harness import Api  # noqa: PLC0415
     from pool_play import ClusterPlayer, ReadyWatcher, pool_path, wait_until  # noqa: PLC0415
@@ -471,6 +487,7 @@ def _pools(kubeconfig: Path, results: dict[str, Any]) -> None:
     api = Api(kubeconfig)
     _wait_no_terminating(api, timeout_s=1800)
     namespace = fresh_namespace(api, "bench-pools")
+    _grant_golden_images(api, namespace)
     scratch = Path(tempfile.mkdtemp(prefix="bench-anchor-pools-"))
     operator = _Ours(kubeconfig, namespace, scratch)
     count, replicas = _pool_shape()
@@ -536,8 +553,8 @@ def _pools(kubeconfig: Path, results: dict[str, Any]) -> None:
         "floor_held": min_ready >= replicas - POOL_STRATEGY["maxUnavailable"],
         "max_members_any_pool": max(watcher.max_members for watcher in watchers),
         "member_deletion_wait_s": {
-            "definition": "a replaced member's deletion timestamp (first seen) → gone: the garbage "
-            "collector removing its children (Foreground propagation); an ordinal returns only after",
+            "definition": "a replaced member's deletion timestamp (first seen) → gone: its children "
+            "removed (by the operator's release, ADR 0018); an ordinal returns only after",
             "members": len(waits),
             "median": round(statistics.median(waits), 1) if waits else None,
             "mean": round(statistics.fmean(waits), 1) if waits else None,

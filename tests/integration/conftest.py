@@ -17,8 +17,10 @@ from pathlib import Path
 
 import pytest
 from lightkube import ApiError, Client
+from lightkube.generic_resource import create_namespaced_resource
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace
+from lightkube.types import PatchType
 
 from controlplane import (
     LAUNCH_ERRORS,
@@ -28,6 +30,7 @@ from controlplane import (
     running_control_plane,
 )
 from kube_helpers import REUSE_ENV, TEST_NAMESPACE_LABEL, ControlPlaneHandle, apply_strict
+from uds_vm_operator.render.common import RELEASE_FINALIZER
 
 _INTEGRATION_DIR = Path(__file__).resolve().parent
 
@@ -144,7 +147,33 @@ def _create_namespace(client: Client, name: str, labels: dict[str, str]) -> None
     client.create(Namespace(metadata=ObjectMeta(name=name, labels={TEST_NAMESPACE_LABEL: "true", **labels})))
 
 
+UDS_VM = create_namespaced_resource("uds.dev", "v1alpha1", "UDSVirtualMachine", "udsvirtualmachines")
+
+
+def _let_members_go(client: Client, namespace: str) -> None:
+    """Play the operator's release of pool members (its process has stopped by now), or they would hold the
+    namespace in Terminating for the rest of the session (their children go with the namespace anyway)."""
+    try:
+        vms = list(client.list(UDS_VM, namespace=namespace))
+    except ApiError as error:
+        if error.status.code == 404:  # no CRD in this plane
+            return
+        raise
+    for vm in vms:
+        finalizers = list(vm.metadata.finalizers or [])
+        if RELEASE_FINALIZER in finalizers:
+            with contextlib.suppress(ApiError):
+                client.patch(
+                    UDS_VM,
+                    vm.metadata.name,
+                    {"metadata": {"finalizers": [f for f in finalizers if f != RELEASE_FINALIZER]}},
+                    namespace=namespace,
+                    patch_type=PatchType.MERGE,
+                )
+
+
 def _delete_namespace(client: Client, name: str) -> None:
+    _let_members_go(client, name)
     try:
         client.delete(Namespace, name)
     except ApiError as error:

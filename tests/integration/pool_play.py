@@ -2,7 +2,9 @@
 
 The operator runs with ``--controllers pool`` so it does not write member status itself: this module is
 what makes members Ready, exactly as the UDSVirtualMachine controller would report them (``status.phase:
-Ready`` plus a ``Ready`` condition, through the status subresource). A separate watch records the number
+Ready`` plus a ``Ready`` condition, through the status subresource), and lets a deleting member go by
+removing its release finalizer, as that controller does once the member's children are gone (there are none
+here). A separate watch records the number
 of Ready members at every change, which is what the rollout must never let drop below its floor.
 """
 
@@ -21,6 +23,7 @@ from lightkube.config import client_adapter
 
 from background_loop import BackgroundLoop
 from uds_vm_operator.fleet import POOL_LABEL, REVISION_LABEL
+from uds_vm_operator.render.common import RELEASE_FINALIZER
 from uds_vm_operator.runtime.kube import load_kubeconfig
 
 MERGE = "application/merge-patch+json"
@@ -94,6 +97,8 @@ class ReadinessPlayer:
     """Revisions whose members report ``phase: Failed`` (e.g. a digest mismatch) instead of Ready."""
     poll_s: float = 0.1
     marked: list[str] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
+    """Deleting members whose release finalizer the player removed, as the VM controller would."""
     _seen: dict[str, float] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -133,7 +138,10 @@ class ReadinessPlayer:
             key = str(meta["uid"])
             first = self._seen.setdefault(key, now)
             revision = (meta.get("labels") or {}).get(REVISION_LABEL)
-            if is_ready(member) or meta.get("deletionTimestamp") or revision in self.never_ready:
+            if meta.get("deletionTimestamp"):
+                self._release(client, member)
+                continue
+            if is_ready(member) or revision in self.never_ready:
                 continue
             if now - first < self.delay_s or (member.get("status") or {}).get("phase") == "Failed":
                 continue
@@ -150,6 +158,28 @@ class ReadinessPlayer:
             patched.raise_for_status()
             self.marked.append(meta["name"])
 
+    def _release(self, client: Any, member: Mapping[str, Any]) -> None:
+        """Played VM controller: a deleting member has no children here, so its release finalizer goes."""
+        meta = member["metadata"]
+        finalizers = list(meta.get("finalizers") or ())
+        if RELEASE_FINALIZER not in finalizers:
+            return
+        patch = {
+            "metadata": {
+                "finalizers": [f for f in finalizers if f != RELEASE_FINALIZER],
+                "resourceVersion": meta["resourceVersion"],
+            }
+        }
+        answer = client.patch(
+            members_path(self.namespace, meta["name"]),
+            content=json.dumps(patch).encode(),
+            headers={"Content-Type": MERGE},
+            params={"fieldManager": TEST_MANAGER},
+        )
+        if answer.status_code not in (404, 409):  # gone, or changed since listed: the next tick looks again
+            answer.raise_for_status()
+            self.released.append(meta["name"])
+
 
 @dataclass
 class ReadyWatcher:
@@ -163,7 +193,8 @@ class ReadyWatcher:
     events: int = 0
     deletion_waits_s: list[float] = field(default_factory=list)
     """Per member deleted while watched: seconds from its deletion timestamp (first seen) to its removal,
-    i.e. how long the garbage collector took with its children under ``Foreground`` propagation."""
+    i.e. how long removing its children took (the operator's release, or the garbage collector for a member
+    deleted with ``Foreground`` propagation)."""
     _deleting_since: dict[str, float] = field(default_factory=dict)
     _members: dict[str, dict[str, Any]] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)

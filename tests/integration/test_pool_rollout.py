@@ -321,9 +321,16 @@ def test_history_metrics_invalid_spec_and_deletion(api, namespace, pool_operator
     wait_until(lambda: "InvalidSpec" in events_of(api, namespace), 30, "an InvalidSpec Event")
     assert {m["metadata"]["uid"] for m in members(api, namespace).values()} == uids  # nothing touched
 
-    api.call("DELETE", pool_path(namespace, POOL), {"propagationPolicy": "Background"}, expect=(200, 202))
-    wait_until(lambda: pool_series(pool_operator, namespace) == {}, 60, "pool series removed")
-    wait_until(lambda: not members(api, namespace), 120, "members garbage-collected with their pool")
+    # The collector deletes the members with their pool; each is held by its release finalizer until the
+    # VM controller (played here: it removes the finalizer) has deleted the member's children.
+    player = ReadinessPlayer(Path(control_plane.kubeconfig), namespace, POOL, delay_s=0.2).start()
+    try:
+        api.call("DELETE", pool_path(namespace, POOL), {"propagationPolicy": "Background"}, expect=(200, 202))
+        wait_until(lambda: pool_series(pool_operator, namespace) == {}, 60, "pool series removed")
+        wait_until(lambda: not members(api, namespace), 120, "members garbage-collected with their pool")
+    finally:
+        player.stop()
+    assert sorted(player.released) == sorted(f"{POOL}-{ordinal}" for ordinal in range(2))
 
 
 def test_a_foreign_vm_holding_a_member_name_is_reported(api, namespace, pool_operator):  # type: ignore[no-untyped-def]

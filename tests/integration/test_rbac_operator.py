@@ -37,6 +37,10 @@ MUST_ALLOW = [
     ("patch", "uds.dev", "udsvirtualmachines", "status"),
     ("create", "uds.dev", "udsvirtualmachines", ""),  # pool members
     ("delete", "uds.dev", "udsvirtualmachines", ""),
+    ("patch", "uds.dev", "udsvirtualmachines", ""),  # a deleting member's release finalizer only (VAP)
+    ("delete", "kubevirt.io", "virtualmachines", ""),  # a deleting member's children (ADR 0010)
+    ("delete", "", "secrets", ""),
+    ("delete", "", "persistentvolumeclaims", ""),
     ("patch", "uds.dev", "udsvirtualmachinepools", "status"),
     ("create", "apps", "controllerrevisions", ""),  # pool revision history
     ("delete", "apps", "controllerrevisions", ""),
@@ -87,15 +91,12 @@ MUST_DENY = [
     ("create", "", "pods", "attach", "vm"),
     ("patch", "", "pods", "status", "vm"),  # only kubelet reports a verdict
     ("create", "", "serviceaccounts", "token", "vm"),
-    ("delete", "", "secrets", "", "vm"),
     ("list", "", "configmaps", "", "vm"),  # image records are read by name only
     ("patch", "", "configmaps", "", "vm"),
     ("update", "apiextensions.k8s.io", "customresourcedefinitions", "", None),
     ("list", "apiextensions.k8s.io", "customresourcedefinitions", "", None),  # kopf scanning is off
     ("watch", "", "namespaces", "", None),
     ("patch", "cdi.kubevirt.io", "cdiconfigs", "", None),
-    ("delete", "kubevirt.io", "virtualmachines", "", "vm"),
-    ("patch", "uds.dev", "udsvirtualmachines", "", "vm"),  # the user's spec is never rewritten
     ("update", "uds.dev", "udsvirtualmachines", "", "vm"),
     ("update", "uds.dev", "udsvirtualmachinepools", "scale", "vm"),
     ("create", "", "events", "", "vm"),  # only events.k8s.io/v1 Events are recorded

@@ -117,16 +117,20 @@ def world(api: Api) -> Iterator[dict[str, str]]:
         for o in render.render_chart(helm_path(), "--set", f"watchNamespaces={{{tenant_ns}}}")
         if o["kind"] in POLICY_KINDS
     ]
-    assert len(objects) == 2, "the chart ships the policy and its binding"
-    policy = next(o for o in objects if o["kind"] == POLICY_KINDS[0])
-    binding = next(o for o in objects if o["kind"] == POLICY_KINDS[1])
-    api.create(policy, VAP)
-    api.create(binding, VAPB)
+    assert len(objects) == 4, "two policies (references, the operator's own writes) and their bindings"
+    policies = [o for o in objects if o["kind"] == POLICY_KINDS[0]]
+    bindings = [o for o in objects if o["kind"] == POLICY_KINDS[1]]
+    for policy in policies:
+        api.create(policy, VAP)
+    for binding in bindings:
+        api.create(binding, VAPB)
     try:
         yield {"tenant": tenant_ns, "victim": victim_ns}
     finally:
-        api.delete(f"{VAPB}/{binding['metadata']['name']}")
-        api.delete(f"{VAP}/{policy['metadata']['name']}")
+        for binding in bindings:
+            api.delete(f"{VAPB}/{binding['metadata']['name']}")
+        for policy in policies:
+            api.delete(f"{VAP}/{policy['metadata']['name']}")
         for ns in (tenant_ns, victim_ns):
             # The victim's db-disk keeps kubernetes.io/pvc-protection without its controller (not in this
             # control plane): release it, or the namespace stays Terminating and later tests wait on it.
@@ -478,3 +482,79 @@ def test_refusals_name_the_author_and_the_namespace(api: Api, world: dict[str, s
     message = message_of(body)
     assert code in REFUSED_CODES
     assert TENANT in message and victim in message and "golden-image rbac" in message
+
+
+def test_the_operators_identity_may_only_remove_a_finalizer_from_a_vm(
+    api: Api, world: dict[str, str]
+) -> None:
+    """The operator may patch UDSVirtualMachines (to let a deleting pool member go, ADR 0010); the chart's
+    own-writes policy keeps that right from rewriting anything of the user's. Its RBAC is granted here so the
+    refusal below is admission's, not authorisation's."""
+    tenant = world["tenant"]
+    operator = f"system:serviceaccount:{render.NAMESPACE}:uds-vm-operator"
+    as_operator = {"Impersonate-User": operator}
+    rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/{plural}"
+    api.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "operator-patch", "namespace": tenant},
+            "rules": [
+                {"apiGroups": ["uds.dev"], "resources": ["udsvirtualmachines"], "verbs": ["get", "patch"]}
+            ],
+        },
+        rbac.format(ns=tenant, plural="roles"),
+    )
+    api.create(
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "operator-patch", "namespace": tenant},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "operator-patch"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": operator}],
+        },
+        rbac.format(ns=tenant, plural="rolebindings"),
+    )
+    vm = udsvm("member", tenant)
+    vm["metadata"]["finalizers"] = ["uds.dev/release-children", "example.com/keep"]
+    api.create(vm, vm_path(tenant))
+
+    def patch_as_operator(patch: dict[str, Any]) -> tuple[int, Any]:
+        return api.call(
+            "PATCH",
+            vm_path(tenant, "member"),
+            patch,
+            content_type="application/merge-patch+json",
+            expect=range(200, 600),
+            headers=as_operator,
+        )
+
+    def policy_refuses() -> bool:
+        code, _ = patch_as_operator({"spec": {"resources": {"cpu": 7}}})
+        return code in REFUSED_CODES
+
+    wait_for(policy_refuses, 60, 0.5, what="the own-writes policy in force")
+    rewrites = {
+        "the spec": {"spec": {"resources": {"cpu": 7}}},
+        "a label": {"metadata": {"labels": {"uds.dev/pool": "other"}}},
+        "an annotation": {"metadata": {"annotations": {"example.com/x": "y"}}},
+        "the owners": {
+            "metadata": {
+                "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "0-0-0"}]
+            }
+        },
+        "an added finalizer": {
+            "metadata": {"finalizers": ["uds.dev/release-children", "example.com/keep", "example.com/new"]}
+        },
+    }
+    for what, patch in rewrites.items():
+        code, body = patch_as_operator(patch)
+        assert code in REFUSED_CODES, f"the operator rewrote {what} ({code})"
+        assert "may only remove a finalizer" in message_of(body), f"{what}: {message_of(body)!r}"
+    stored = api.get(vm_path(tenant, "member")) or {}
+    assert stored["spec"]["resources"]["cpu"] == 1
+    assert stored["metadata"]["finalizers"] == ["uds.dev/release-children", "example.com/keep"]
+    code, body = patch_as_operator({"metadata": {"finalizers": ["example.com/keep"]}})
+    assert code == 200, body
+    assert (api.get(vm_path(tenant, "member")) or {})["metadata"]["finalizers"] == ["example.com/keep"]
+    api.merge(vm_path(tenant, "member"), {"metadata": {"finalizers": None}})

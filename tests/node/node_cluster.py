@@ -22,6 +22,7 @@ import volumes
 
 import node
 from integration.operator_harness import Api, OperatorProcess
+from uds_vm_operator.render.common import RELEASE_FINALIZER
 
 T = TypeVar("T")
 
@@ -88,6 +89,22 @@ class NodeHandle:
         return name
 
     def delete_namespace(self, name: str) -> None:
+        """Delete a test's namespace; first let its pool members go (the operator that would release them
+        has stopped by now), or they would hold the namespace in Terminating for the rest of the run."""
+        code, payload = self.api.call(
+            "GET", f"/apis/uds.dev/v1alpha1/namespaces/{name}/udsvirtualmachines", expect=(200, 404)
+        )
+        members = (payload or {}).get("items") or [] if code == 200 else []  # 404: no CRD on this node
+        for vm in members:
+            finalizers = vm["metadata"].get("finalizers") or []
+            if RELEASE_FINALIZER in finalizers:
+                self.api.call(
+                    "PATCH",
+                    f"/apis/uds.dev/v1alpha1/namespaces/{name}/udsvirtualmachines/{vm['metadata']['name']}",
+                    {"metadata": {"finalizers": [f for f in finalizers if f != RELEASE_FINALIZER]}},
+                    content_type="application/merge-patch+json",
+                    expect=(200, 404, 409),
+                )
         self.api.delete(f"/api/v1/namespaces/{name}")
 
     def server_pod(

@@ -20,7 +20,8 @@ _spec.loader.exec_module(render)
 
 # (apiGroup, resource) -> verbs the operator needs (issue 7), asserted exactly: new grants are deliberate.
 REQUIRED = {
-    ("uds.dev", "udsvirtualmachines"): {"get", "list", "watch", "create", "delete"},
+    # patch: only the release finalizer of a deleting pool member (the own-writes admission policy holds it)
+    ("uds.dev", "udsvirtualmachines"): {"get", "list", "watch", "create", "patch", "delete"},
     ("uds.dev", "udsvirtualmachines/status"): {"patch"},
     ("uds.dev", "udsvirtualmachinepools"): {"get", "list", "watch"},
     ("uds.dev", "udsvirtualmachinepools/status"): {"patch"},
@@ -30,11 +31,11 @@ REQUIRED = {
     ("cdi.kubevirt.io", "datasources"): {"get", "create", "patch"},
     ("cdi.kubevirt.io", "datavolumes/source"): {"create"},
     ("cdi.kubevirt.io", "cdiconfigs"): {"get"},
-    ("kubevirt.io", "virtualmachines"): {"get", "list", "watch", "create", "patch"},
+    ("kubevirt.io", "virtualmachines"): {"get", "list", "watch", "create", "patch", "delete"},
     ("kubevirt.io", "virtualmachineinstances"): {"get", "list", "watch"},
     ("kubevirt.io", "kubevirts"): {"list"},
-    ("", "secrets"): {"get", "list", "watch", "create", "patch"},
-    ("", "persistentvolumeclaims"): {"get", "list", "watch", "create", "patch"},
+    ("", "secrets"): {"get", "list", "watch", "create", "patch", "delete"},
+    ("", "persistentvolumeclaims"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "configmaps"): {"get"},
     ("", "services"): {"get", "list", "create", "patch", "delete"},
     ("", "pods"): {"get", "list", "watch", "create", "patch", "delete"},

@@ -7,10 +7,13 @@ what to do, creates or deletes members, and writes status only when it changed.
 
 * Members are UDSVirtualMachines ``<pool>-<ordinal>``, labelled ``uds.dev/pool`` and
   ``uds.dev/pool-revision``, owned by the pool. Readiness is read from the member's own status only.
-* Members are deleted with ``propagationPolicy: Foreground``: the member stays (with a deletion timestamp)
-  until the garbage collector has removed its children, so a returning ordinal never meets the half-
-  deleted children of its predecessor. ``Retain`` data disks have no ownerReference and survive; the VM
-  controller re-attaches them by name when the ordinal comes back.
+* Members carry the finalizer ``uds.dev/release-children`` from birth and are deleted in the background:
+  the member stays (with a deletion timestamp) while the VM controller deletes its children itself
+  (``controller/release.py``), so a returning ordinal never meets the half-deleted children of its
+  predecessor, and a fleet roll does not wait on the garbage collector's rate limit (ADR 0010). A member
+  made before that finalizer existed is deleted with ``Foreground`` propagation and waits on the collector,
+  as before. ``Retain`` data disks have no ownerReference and survive; the VM controller re-attaches them
+  by name when the ordinal comes back.
 * The template of every revision is kept in an ``apps/v1`` ControllerRevision ``<pool>-<revision>``
   (as StatefulSets do), so ``rollbackOnFailure`` can recreate members of the previous revision.
 * A member that stays un-Ready changes nothing in the cluster, so the controller schedules its own
@@ -320,9 +323,14 @@ class PoolController(Controller):
         uid = await self._member_uid(meta["namespace"], action.name)
         if uid is None:
             return 0
+        releases = next((m.releases_children for m in members if m.name == action.name), False)
         try:
             result = await self.api.delete(
-                kube.UDS_VM, meta["namespace"], action.name, uid=uid, propagation="Foreground"
+                kube.UDS_VM,
+                meta["namespace"],
+                action.name,
+                uid=uid,
+                propagation="Background" if releases else "Foreground",
             )
         except KubeApiError as exc:
             if exc.code == 409:  # the name now belongs to a newer member: leave it alone

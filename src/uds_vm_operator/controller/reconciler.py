@@ -36,6 +36,8 @@ from uds_vm_operator.controller.platform_assess import PlatformAssessment
 from uds_vm_operator.controller.pod_selection import policy_selects_vm
 from uds_vm_operator.controller.pruning import ChildPruner
 from uds_vm_operator.controller.references import CloneGrants
+from uds_vm_operator.controller.release import RECHECK_S as RELEASE_RECHECK_S
+from uds_vm_operator.controller.release import ChildRelease, holds_children
 from uds_vm_operator.controller.source_dns import SourceResolver
 from uds_vm_operator.controller.status import (
     REPLACING_REASON,
@@ -202,6 +204,8 @@ class Reconciler(Controller):
         self.platform = Platform(api, vm_known=lambda ns, vm: store.contains(kube.UDS_VM, ns, vm))
         """KVM guard, CDI source allowlist, live-migration note, UDS Package rules (controller.platform)."""
         self.pruner = ChildPruner(api)
+        self.release = ChildRelease(api)
+        """Deletes a deleting pool member's children, then its finalizer (controller.release)."""
         self.clone_grants = CloneGrants(api)
         """Proof a cross-namespace clone source is granted to the VM's namespace (controller.references)."""
         self.source_allowlist = ssrf.source_allowlist_from_env()
@@ -237,7 +241,10 @@ class Reconciler(Controller):
         if body is None:
             self.metrics.forget_vm(name=name, namespace=namespace)
         if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
-            return Outcome(deleted=True, writes=await self.platform.forget(namespace, name))
+            writes = await self.platform.forget(namespace, name)
+            if body is not None and holds_children(body):
+                writes += await self._release(body, namespace, name)
+            return Outcome(deleted=True, writes=writes)
         ctx = VmReconcile.of(body, namespace, name)
         try:
             await self._observe(ctx)
@@ -250,6 +257,13 @@ class Reconciler(Controller):
         extra = {"goldenImage": golden.status if golden is not None else None}
         await self._publish(ctx, self._observation(ctx), status="success", extra_status=extra)
         return ctx.outcome
+
+    async def _release(self, body: Mapping[str, Any], namespace: str, name: str) -> int:
+        """A deleting pool member: delete its children ourselves, look again while any lingers."""
+        progress = await self.release.release(body)
+        if progress.lingering:
+            self.enqueue_after(namespace, name, RELEASE_RECHECK_S)
+        return progress.deleted + int(progress.released)
 
     # ---------------------------------------------------------------------------------------- observe
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from uds_vm_operator import MANAGED_BY_LABEL
 from uds_vm_operator.apiversions import UDS_API_VERSION
-from uds_vm_operator.render.common import POOL_LABEL
+from uds_vm_operator.render.common import POOL_LABEL, RELEASE_FINALIZER
 
 POOL_API_VERSION = UDS_API_VERSION
 POOL_KIND = "UDSVirtualMachinePool"
@@ -66,6 +66,9 @@ class MemberView:
     deleting: bool = False
     failed: bool = False
     """The member reports ``phase: Failed`` (e.g. ChecksumMismatch): waiting for the deadline is pointless."""
+    releases_children: bool = True
+    """The member carries :data:`RELEASE_FINALIZER`: the operator deletes its children, so the member itself
+    is deleted in the background. A member made before that finalizer existed waits on the collector."""
 
 
 def member_name(pool: str, ordinal: int) -> str:
@@ -108,6 +111,7 @@ def member_view(pool: str, obj: Mapping[str, Any]) -> MemberView | None:
         created_at=parse_timestamp(metadata.get("creationTimestamp")),
         deleting=bool(metadata.get("deletionTimestamp")),
         failed=status.get("phase") == "Failed",
+        releases_children=RELEASE_FINALIZER in (metadata.get("finalizers") or ()),
     )
 
 
@@ -167,6 +171,7 @@ def render_member(
         "namespace": pool.namespace,
         "labels": labels,
         "ownerReferences": [pool.owner_reference()],
+        "finalizers": [RELEASE_FINALIZER],
     }
     annotations = metadata.get("annotations") or {}
     if annotations:

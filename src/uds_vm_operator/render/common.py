@@ -14,6 +14,9 @@ POOL_LABEL = "uds.dev/pool"
 """On a pool's members (and, through them, their launcher pods): the pool they belong to."""
 RETAIN_LABEL = "uds.dev/retain"
 ROLE_LABEL = "uds.dev/role"
+RELEASE_FINALIZER = "uds.dev/release-children"
+"""On a pool member from birth: the operator deletes the member's children itself before the member goes
+(controller/release.py), so a fleet roll never waits on the garbage collector's rate limit (ADR 0010)."""
 
 
 @dataclass(frozen=True)
