@@ -46,7 +46,11 @@ def register(app: typer.Typer) -> None:
 
 
 def _power(client: KubeClient, action: PowerAction, name: str, namespace: str) -> str:
-    from uds_vm_operator.runtime.kube import MERGE_CONTENT_TYPE, UDS_VM, VIRTUAL_MACHINE  # noqa: PLC0415 (lazy: keeps start-up fast)
+    from uds_vm_operator.runtime.kube import (  # noqa: PLC0415 (lazy: keeps start-up fast)
+        MERGE_CONTENT_TYPE,
+        UDS_VM,
+        VIRTUAL_MACHINE_ACTIONS,
+    )
 
     path = UDS_VM.path(namespace, name)
     vm = client.request("GET", path, what=f"reading UDSVirtualMachine {namespace}/{name}")
@@ -55,10 +59,7 @@ def _power(client: KubeClient, action: PowerAction, name: str, namespace: str) -
             f"UDSVirtualMachine {namespace}/{name} not found; list them with `uds-vmctl inventory`"
         )
     if action is PowerAction.restart:
-        restart_path = (
-            f"/apis/subresources.kubevirt.io/v1/namespaces/{namespace}/{VIRTUAL_MACHINE.plural}/{name}"
-            "/restart"
-        )
+        restart_path = VIRTUAL_MACHINE_ACTIONS.path(namespace, name, "restart")
         # virt-api's restart route declares no response type, so it answers `Accept: application/json`
         # alone with 406 Not Acceptable (measured against virt-api v1.8.4); `*/*` is what virtctl sends.
         result = client.request(

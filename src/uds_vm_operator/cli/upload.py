@@ -24,6 +24,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from uds_vm_operator.child_names import root_dv_name
 from uds_vm_operator.cli._errors import EXIT_OK, UsageError
 from uds_vm_operator.cli._kube import load_cluster_config
 from uds_vm_operator.cli._output import byte_progress
@@ -35,14 +36,11 @@ from uds_vm_operator.cli.upload_proxy import (
     UploadNotReadyError,
     stream_upload,
 )
+from uds_vm_operator.runtime import kube
 from uds_vm_operator.verify.digest import parse_digest
 from uds_vm_operator.verify.errors import VerifyError
 from uds_vm_operator.verify.reader import hash_prefix
 
-UDS_VM_PATH = "/apis/uds.dev/v1alpha1/namespaces/{namespace}/udsvirtualmachines/{name}"
-DATA_VOLUME_PATH = "/apis/cdi.kubevirt.io/v1beta1/namespaces/{namespace}/datavolumes/{name}"
-TOKEN_REQUEST_PATH = "/apis/upload.cdi.kubevirt.io/v1beta1/namespaces/{namespace}/uploadtokenrequests"
-CDI_CONFIG_PATH = "/apis/cdi.kubevirt.io/v1beta1/cdiconfigs/config"
 TOKEN_REFRESH_AFTER_S = 120.0
 """CDI tokens are valid for 5 minutes; after a long wait for UploadReady we ask for a fresh one."""
 
@@ -160,10 +158,8 @@ def _check_usage(options: UploadOptions) -> None:
 
 def _upload(options: UploadOptions, cluster: ClusterClient, console: Console) -> int:
     namespace = options.namespace or cluster.default_namespace
-    dv_name = f"{options.name}-dv"
-    vm = cluster.get(
-        UDS_VM_PATH.format(namespace=namespace, name=options.name), f"read UDSVirtualMachine {options.name}"
-    )
+    dv_name = root_dv_name(options.name)
+    vm = cluster.get(kube.UDS_VM.path(namespace, options.name), f"read UDSVirtualMachine {options.name}")
     if vm is None:
         raise UploadError(
             f"UDSVirtualMachine {namespace}/{options.name} not found; apply it first "
@@ -246,17 +242,18 @@ def _check_local_digest(image: Path, declared: str, console: Console) -> None:
 
 def request_upload_token(cluster: ClusterClient, namespace: str, pvc_name: str) -> str:
     """Ask CDI for an upload token for ``pvc_name`` (``UploadTokenRequest``, valid 5 minutes)."""
+    token_request = kube.UPLOAD_TOKEN_REQUEST
     body = {
-        "apiVersion": "upload.cdi.kubevirt.io/v1beta1",
-        "kind": "UploadTokenRequest",
+        "apiVersion": token_request.api_version,
+        "kind": token_request.kind,
         "metadata": {"name": f"{pvc_name}-upload", "namespace": namespace},
         "spec": {"pvcName": pvc_name},
     }
-    status, answer = cluster.request("POST", TOKEN_REQUEST_PATH.format(namespace=namespace), body)
+    status, answer = cluster.request("POST", token_request.path(namespace), body)
     if status in (404, 503):
         raise UploadApiUnavailableError(
-            f"CDI upload API not available (HTTP {status} for upload.cdi.kubevirt.io/v1beta1 "
-            "UploadTokenRequest): install CDI, or check that the cdi-apiserver pod is running"
+            f"CDI upload API not available (HTTP {status} for {token_request.api_version} "
+            f"{token_request.kind}): install CDI, or check that the cdi-apiserver pod is running"
         )
     if status in (401, 403):
         raise UploadError(
@@ -291,9 +288,7 @@ def wait_until_upload_ready(
     phase: str | None = None
     announced = False
     while True:
-        dv = cluster.get(
-            DATA_VOLUME_PATH.format(namespace=namespace, name=dv_name), f"read DataVolume {dv_name}"
-        )
+        dv = cluster.get(kube.DATA_VOLUME.path(namespace, dv_name), f"read DataVolume {dv_name}")
         if dv is not None:
             if "upload" not in ((dv.get("spec") or {}).get("source") or {}):
                 raise UploadNotReadyError(f"DataVolume {namespace}/{dv_name} is not an upload target")
@@ -327,7 +322,7 @@ def wait_until_upload_ready(
 def _proxy_url(options: UploadOptions, cluster: ClusterClient) -> str:
     if options.uploadproxy_url:
         return options.uploadproxy_url
-    config = cluster.get(CDI_CONFIG_PATH, "read CDIConfig config")
+    config = cluster.get(kube.CDI_CONFIG.path(name="config"), "read CDIConfig config")
     url = ((config or {}).get("status") or {}).get("uploadProxyURL")
     if isinstance(url, str) and url:
         return url if url.startswith(("https://", "http://")) else f"https://{url}"

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from uds_vm_operator.child_names import root_dv_name
 from uds_vm_operator.cli._errors import EXIT_CHECK_FAILED, EXIT_OK, EXIT_USAGE
 from uds_vm_operator.cli._kube import CliKubeError, KubeClient
 from uds_vm_operator.controller.verification import (
@@ -26,6 +27,7 @@ from uds_vm_operator.controller.verification import (
     image_record_name,
     parse_image_record,
 )
+from uds_vm_operator.runtime import kube
 from uds_vm_operator.verify.digest import digest_or_none
 from uds_vm_operator.verify.result import parse_result
 
@@ -36,9 +38,7 @@ EXIT_NOT_VERIFIED = EXIT_CHECK_FAILED
 def gather_evidence(client: KubeClient, name: str, namespace: str) -> dict[str, Any]:
     """Read the VM, its DataVolume and image record; return the evidence document (see ``--json``)."""
     vm = client.request(
-        "GET",
-        f"/apis/uds.dev/v1alpha1/namespaces/{namespace}/udsvirtualmachines/{name}",
-        what=f"reading UDSVirtualMachine {namespace}/{name}",
+        "GET", kube.UDS_VM.path(namespace, name), what=f"reading UDSVirtualMachine {namespace}/{name}"
     )
     if vm is None:
         raise CliKubeError(
@@ -51,10 +51,9 @@ def gather_evidence(client: KubeClient, name: str, namespace: str) -> dict[str, 
     declared = digest_or_none(declared_text)
     conditions = {c.get("type"): c for c in status.get("conditions") or [] if isinstance(c, dict)}
     condition = conditions.get("ChecksumVerified")
+    dv_name = root_dv_name(name)
     dv = client.request(
-        "GET",
-        f"/apis/cdi.kubevirt.io/v1beta1/namespaces/{namespace}/datavolumes/{name}-dv",
-        what=f"reading DataVolume {namespace}/{name}-dv",
+        "GET", kube.DATA_VOLUME.path(namespace, dv_name), what=f"reading DataVolume {namespace}/{dv_name}"
     )
     evidence: dict[str, Any] = {
         "name": name,
@@ -104,7 +103,7 @@ def _image_record(
         return None
     configmap = client.request(
         "GET",
-        f"/api/v1/namespaces/{namespace}/configmaps/{record_name}",
+        kube.CONFIG_MAP.path(namespace, record_name),
         what=f"reading image record ConfigMap {namespace}/{record_name}",
     )
     if configmap is None:

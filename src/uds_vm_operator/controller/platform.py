@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from uds_vm_operator.api import SpecError, UDSVirtualMachineSpec
+from uds_vm_operator.child_names import root_dv_name
 from uds_vm_operator.controller import platform_assess
 from uds_vm_operator.controller.platform_assess import (
     PlatformAssessment,
@@ -33,7 +34,6 @@ from uds_vm_operator.controller.udspackage_sync import (
     package_condition,
 )
 from uds_vm_operator.render import ClusterFacts, Owner, vm_package_rules
-from uds_vm_operator.render.common import root_dv_name
 from uds_vm_operator.render.udspackage import with_mesh_annotations
 from uds_vm_operator.runtime import kube
 from uds_vm_operator.runtime.conditions import Condition

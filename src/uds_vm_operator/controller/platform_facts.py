@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from uds_vm_operator.apiversions import CDI_API_VERSION, KUBEVIRT_API_VERSION
+from uds_vm_operator.apiversions import KUBEVIRT_API_VERSION
 from uds_vm_operator.controller import kvm_guard, ssrf
 from uds_vm_operator.runtime import kube
 from uds_vm_operator.runtime.errors import ControllerError
@@ -23,7 +23,7 @@ log = logging.getLogger("uds_vm_operator.platform")
 
 NODE = kube.NODE
 KUBEVIRT = kube.register_kind(kube.Kind(KUBEVIRT_API_VERSION, "KubeVirt", "kubevirts"))
-CDI_CONFIG = kube.register_kind(kube.Kind(CDI_API_VERSION, "CDIConfig", "cdiconfigs", namespaced=False))
+CDI_CONFIG = kube.CDI_CONFIG
 TTL_ENV = "UDS_VM_PLATFORM_FACTS_TTL_S"
 DEFAULT_TTL_S = 60.0
 

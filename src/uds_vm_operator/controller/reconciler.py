@@ -22,6 +22,7 @@ from typing import Any
 
 from uds_vm_operator.api import SpecError, UDSVirtualMachineSpec, parse_vm_spec
 from uds_vm_operator.api.quantity import parse_bytes
+from uds_vm_operator.child_names import admin_secret_name, netpol_name, root_dv_name
 from uds_vm_operator.controller import ssrf
 from uds_vm_operator.controller.compare import is_subset, needs_apply, normalise_secret, with_applied_hash
 from uds_vm_operator.controller.facts import FactsCache
@@ -62,7 +63,7 @@ from uds_vm_operator.render import (
     live_migration_refusal,
     render_children,
 )
-from uds_vm_operator.render.common import POOL_LABEL, admin_secret_name, netpol_name, root_dv_name
+from uds_vm_operator.render.common import POOL_LABEL
 from uds_vm_operator.render.secrets import ADMIN_PASSWORD_KEY
 from uds_vm_operator.runtime import kube
 from uds_vm_operator.runtime.controller import Controller, Key, rfc3339, utc_now

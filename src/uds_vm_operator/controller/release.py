@@ -22,13 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from uds_vm_operator import MANAGED_BY_LABEL
-from uds_vm_operator.render.common import (
-    RELEASE_FINALIZER,
-    VM_LABEL,
-    drivers_dv_name,
-    root_dv_name,
-    system_dv_name,
-)
+from uds_vm_operator.child_names import drivers_dv_name, root_dv_name, system_dv_name
+from uds_vm_operator.render.common import RELEASE_FINALIZER, VM_LABEL
 from uds_vm_operator.runtime import kube
 from uds_vm_operator.runtime.errors import KubeApiError
 

@@ -26,7 +26,8 @@ import yaml
 
 from uds_vm_operator.api.errors import SpecError
 from uds_vm_operator.api.models import AutoUpdate, CloudInit, UDSVirtualMachineSpec
-from uds_vm_operator.render.common import ROLE_LABEL, Owner, child_metadata, cloudinit_secret_name
+from uds_vm_operator.child_names import cloudinit_secret_name
+from uds_vm_operator.render.common import ROLE_LABEL, Owner, child_metadata
 from uds_vm_operator.render.guestconfig import apt_conf_string, checked_value, ini_file
 from uds_vm_operator.render.secrets import encode_secret_data
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from uds_vm_operator.api.models import DataDisk, UDSVirtualMachineSpec
-from uds_vm_operator.render.common import RETAIN_LABEL, ROLE_LABEL, Owner, child_metadata, data_disk_pvc_name
+from uds_vm_operator.child_names import data_disk_pvc_name
+from uds_vm_operator.render.common import RETAIN_LABEL, ROLE_LABEL, Owner, child_metadata
 
 DATA_DISK_LABEL = "uds.dev/data-disk"
 BACKUP_LABEL = "uds.dev/backup"

@@ -22,15 +22,8 @@ from uds_vm_operator.api.errors import SpecError
 from uds_vm_operator.api.models import ObjectRef, UDSVirtualMachineSpec
 from uds_vm_operator.api.quantity import parse_bytes
 from uds_vm_operator.apiversions import CDI_API_VERSION
-from uds_vm_operator.render.common import (
-    ROLE_LABEL,
-    ClusterFacts,
-    Owner,
-    child_metadata,
-    drivers_dv_name,
-    root_dv_name,
-    system_dv_name,
-)
+from uds_vm_operator.child_names import drivers_dv_name, root_dv_name, system_dv_name
+from uds_vm_operator.render.common import ROLE_LABEL, ClusterFacts, Owner, child_metadata
 from uds_vm_operator.render.datadisks import backup_labels
 from uds_vm_operator.sizing import pvc_size
 

@@ -11,7 +11,8 @@ from typing import Any
 
 from uds_vm_operator.api.models import Exposure, UDSVirtualMachineSpec
 from uds_vm_operator.apiversions import GATEWAY_API_VERSION
-from uds_vm_operator.render.common import VM_LABEL, Owner, child_metadata, service_name
+from uds_vm_operator.child_names import service_name
+from uds_vm_operator.render.common import VM_LABEL, Owner, child_metadata
 
 LAUNCHER_LABELS = {"kubevirt.io": "virt-launcher"}
 

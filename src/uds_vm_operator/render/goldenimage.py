@@ -11,7 +11,8 @@ from typing import Any
 from uds_vm_operator.api.models import GoldenImage, UDSVirtualMachineSpec
 from uds_vm_operator.api.quantity import parse_bytes
 from uds_vm_operator.apiversions import CDI_API_VERSION
-from uds_vm_operator.render.common import Owner, child_labels, system_dv_name
+from uds_vm_operator.child_names import system_dv_name
+from uds_vm_operator.render.common import Owner, child_labels
 from uds_vm_operator.render.datavolume import BIND_IMMEDIATE_ANNOTATION, exact_pvc, root_access_modes
 from uds_vm_operator.sizing import pvc_size
 

@@ -20,7 +20,8 @@ from typing import Any
 
 from uds_vm_operator.api.models import AllowRule, LabelSelector, NetworkPort, UDSVirtualMachineSpec
 from uds_vm_operator.apiversions import NETWORKING_API_VERSION
-from uds_vm_operator.render.common import VM_LABEL, Owner, child_metadata, netpol_name
+from uds_vm_operator.child_names import netpol_name
+from uds_vm_operator.render.common import VM_LABEL, Owner, child_metadata
 from uds_vm_operator.render.exposure import LAUNCHER_LABELS
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"

@@ -11,7 +11,8 @@ import secrets
 import string
 from typing import Any
 
-from uds_vm_operator.render.common import ROLE_LABEL, Owner, admin_secret_name, child_metadata
+from uds_vm_operator.child_names import admin_secret_name
+from uds_vm_operator.render.common import ROLE_LABEL, Owner, child_metadata
 
 ADMIN_PASSWORD_KEY = "password"
 ADMIN_USERNAME_KEY = "username"

@@ -20,7 +20,8 @@ from typing import Any
 
 from uds_vm_operator.api.errors import SpecError
 from uds_vm_operator.api.models import NETBIOS_MAX_LENGTH, UDSVirtualMachineSpec, netbios_problem
-from uds_vm_operator.render.common import ROLE_LABEL, Owner, child_metadata, sysprep_secret_name
+from uds_vm_operator.child_names import sysprep_secret_name
+from uds_vm_operator.render.common import ROLE_LABEL, Owner, child_metadata
 from uds_vm_operator.render.guestconfig import checked_value
 from uds_vm_operator.render.secrets import encode_secret_data
 

@@ -35,7 +35,8 @@ from uds_vm_operator.api.models import (
     UDSVirtualMachineSpec,
 )
 from uds_vm_operator.apiversions import UDS_PACKAGE_API_VERSION
-from uds_vm_operator.render.common import VM_LABEL, service_name
+from uds_vm_operator.child_names import service_name
+from uds_vm_operator.render.common import VM_LABEL
 from uds_vm_operator.render.exposure import port_name
 from uds_vm_operator.render.networkpolicy import NAMESPACE_NAME_LABEL
 

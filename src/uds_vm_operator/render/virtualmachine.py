@@ -16,11 +16,7 @@ from uds_vm_operator import MANAGED_BY_LABEL
 from uds_vm_operator.api.errors import SpecError
 from uds_vm_operator.api.models import UDSVirtualMachineSpec
 from uds_vm_operator.apiversions import KUBEVIRT_API_VERSION
-from uds_vm_operator.render.common import (
-    VM_LABEL,
-    ClusterFacts,
-    Owner,
-    child_metadata,
+from uds_vm_operator.child_names import (
     cloudinit_secret_name,
     data_disk_pvc_name,
     drivers_dv_name,
@@ -28,6 +24,7 @@ from uds_vm_operator.render.common import (
     sysprep_secret_name,
     system_dv_name,
 )
+from uds_vm_operator.render.common import VM_LABEL, ClusterFacts, Owner, child_metadata
 from uds_vm_operator.render.datavolume import DEFAULT_ACCESS_MODES, root_access_modes
 from uds_vm_operator.render.sysprep import sysprep_mode
 

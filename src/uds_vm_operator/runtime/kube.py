@@ -21,10 +21,12 @@ from uds_vm_operator import FIELD_MANAGER
 from uds_vm_operator.apiversions import (
     APIEXTENSIONS_API_VERSION,
     CDI_API_VERSION,
+    CDI_UPLOAD_API_VERSION,
     EVENTS_API_VERSION,
     GATEWAY_API_VERSION,
     KOPF_API_VERSION,
     KUBEVIRT_API_VERSION,
+    KUBEVIRT_SUBRESOURCES_API_VERSION,
     NETWORKING_API_VERSION,
     UDS_API_VERSION,
 )
@@ -95,6 +97,13 @@ KOPF_PEERING = register_kind(Kind(KOPF_API_VERSION, "KopfPeering", "kopfpeerings
 CLUSTER_KOPF_PEERING = register_kind(
     Kind(KOPF_API_VERSION, "ClusterKopfPeering", "clusterkopfpeerings", namespaced=False)
 )
+CDI_CONFIG = register_kind(Kind(CDI_API_VERSION, "CDIConfig", "cdiconfigs", namespaced=False))
+UPLOAD_TOKEN_REQUEST = register_kind(
+    Kind(CDI_UPLOAD_API_VERSION, "UploadTokenRequest", "uploadtokenrequests")
+)
+VIRTUAL_MACHINE_ACTIONS = Kind(KUBEVIRT_SUBRESOURCES_API_VERSION, "VirtualMachine", "virtualmachines")
+"""Where virt-api serves a VirtualMachine's actions (``restart``, ``start``, ``stop``): its own API group.
+Not registered: it names no stored kind, only the path of those subresources."""
 CRD = register_kind(
     Kind(APIEXTENSIONS_API_VERSION, "CustomResourceDefinition", "customresourcedefinitions", namespaced=False)
 )
