@@ -11,6 +11,7 @@ operator refuses one that admission had no reason to stop.
 
 from __future__ import annotations
 
+import itertools
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,6 +49,21 @@ POOL_PATH = "/apis/uds.dev/v1alpha1/namespaces/{ns}/udsvirtualmachinepools"
 REFUSED_CODES = (400, 403, 422)
 
 
+def grant(api: Api, namespace: str, name: str, rules: list[dict[str, Any]], user: str) -> None:
+    """A Role with ``rules`` in ``namespace``, bound to ``user``."""
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": name}}
+    api.create({**role, "rules": rules}, f"{rbac}/roles")
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+    }
+    api.create(binding, f"{rbac}/rolebindings")
+
+
 def _namespace(api: Api, prefix: str) -> str:
     name = f"{prefix}-{secrets.token_hex(3)}"
     api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}, "/api/v1/namespaces")
@@ -58,32 +74,14 @@ def _namespace(api: Api, prefix: str) -> str:
 def world(api: Api) -> Iterator[dict[str, str]]:
     """The tenant's namespace, a victim namespace holding a disk, a DataSource and a Secret, and alice."""
     tenant_ns, victim_ns = _namespace(api, "tenant"), _namespace(api, "victim")
-    rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/{plural}"
-    api.create(
+    rules = [
         {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": "vm-author", "namespace": tenant_ns},
-            "rules": [
-                {
-                    "apiGroups": ["uds.dev"],
-                    "resources": ["udsvirtualmachines", "udsvirtualmachinepools"],
-                    "verbs": ["get", "list", "create", "update", "patch"],
-                }
-            ],
-        },
-        rbac.format(ns=tenant_ns, plural="roles"),
-    )
-    api.create(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "vm-author", "namespace": tenant_ns},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "vm-author"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": TENANT}],
-        },
-        rbac.format(ns=tenant_ns, plural="rolebindings"),
-    )
+            "apiGroups": ["uds.dev"],
+            "resources": ["udsvirtualmachines", "udsvirtualmachinepools"],
+            "verbs": ["get", "list", "create", "update", "patch"],
+        }
+    ]
+    grant(api, tenant_ns, "vm-author", rules, TENANT)
     for ns in (tenant_ns, victim_ns):
         api.create(
             {
@@ -493,28 +491,8 @@ def test_the_operators_identity_may_only_remove_a_finalizer_from_a_vm(
     tenant = world["tenant"]
     operator = f"system:serviceaccount:{render.NAMESPACE}:uds-vm-operator"
     as_operator = {"Impersonate-User": operator}
-    rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/{plural}"
-    api.create(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": "operator-patch", "namespace": tenant},
-            "rules": [
-                {"apiGroups": ["uds.dev"], "resources": ["udsvirtualmachines"], "verbs": ["get", "patch"]}
-            ],
-        },
-        rbac.format(ns=tenant, plural="roles"),
-    )
-    api.create(
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "operator-patch", "namespace": tenant},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "operator-patch"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": operator}],
-        },
-        rbac.format(ns=tenant, plural="rolebindings"),
-    )
+    rules = [{"apiGroups": ["uds.dev"], "resources": ["udsvirtualmachines"], "verbs": ["get", "patch"]}]
+    grant(api, tenant, "operator-patch", rules, operator)
     vm = udsvm("member", tenant)
     vm["metadata"]["finalizers"] = ["uds.dev/release-children", "example.com/keep"]
     api.create(vm, vm_path(tenant))
@@ -529,13 +507,17 @@ def test_the_operators_identity_may_only_remove_a_finalizer_from_a_vm(
             headers=as_operator,
         )
 
-    def policy_refuses() -> bool:
-        code, _ = patch_as_operator({"spec": {"resources": {"cpu": 7}}})
-        return code in REFUSED_CODES
+    cpus = itertools.cycle(range(2, 9))
 
-    wait_for(policy_refuses, 60, 0.5, what="the own-writes policy in force")
+    def policy_refuses() -> bool:
+        # Each probe asks for another change: one the not-yet-loaded policy let through is not a no-op later.
+        code, body = patch_as_operator({"spec": {"resources": {"cpu": next(cpus)}}})
+        return code in REFUSED_CODES and "may only remove a finalizer" in message_of(body)
+
+    wait_for(policy_refuses, 90, 0.5, what="the own-writes policy in force")
+    before = api.get(vm_path(tenant, "member")) or {}
     rewrites = {
-        "the spec": {"spec": {"resources": {"cpu": 7}}},
+        "the spec": {"spec": {"resources": {"memory": "3Gi"}}},
         "a label": {"metadata": {"labels": {"uds.dev/pool": "other"}}},
         "an annotation": {"metadata": {"annotations": {"example.com/x": "y"}}},
         "the owners": {
@@ -552,7 +534,7 @@ def test_the_operators_identity_may_only_remove_a_finalizer_from_a_vm(
         assert code in REFUSED_CODES, f"the operator rewrote {what} ({code})"
         assert "may only remove a finalizer" in message_of(body), f"{what}: {message_of(body)!r}"
     stored = api.get(vm_path(tenant, "member")) or {}
-    assert stored["spec"]["resources"]["cpu"] == 1
+    assert stored["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"], "nothing written"
     assert stored["metadata"]["finalizers"] == ["uds.dev/release-children", "example.com/keep"]
     code, body = patch_as_operator({"metadata": {"finalizers": ["example.com/keep"]}})
     assert code == 200, body
