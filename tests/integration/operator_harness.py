@@ -132,6 +132,15 @@ class Api:
         return str(response.text)
 
 
+def terminating_namespaces(api: Api) -> list[str]:
+    """Namespaces still being emptied (by earlier tests): their finalisation writes to the kinds we count."""
+    return [
+        ns["metadata"]["name"]
+        for ns in api.items("/api/v1/namespaces")
+        if (ns.get("status") or {}).get("phase") == "Terminating"
+    ]
+
+
 def apiserver_writes(api: Api, resources: Iterable[str] = OPERATOR_RESOURCES) -> int:
     """Sum of write requests the API server has served for ``resources`` since it started.
 

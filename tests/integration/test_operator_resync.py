@@ -20,21 +20,13 @@ from operator_fixtures import (
     vm_path,
     wait_phase,
 )
-from operator_harness import Api, OperatorProcess, apiserver_writes
+from operator_harness import Api, OperatorProcess, apiserver_writes, terminating_namespaces
 
 from kube_helpers import wait_for
 from uds_vm_operator.api import parse_vm_spec
 from uds_vm_operator.render import ClusterFacts, Owner, render_children
 
 __all__ = ["api", "operator"]  # fixtures used by name
-
-
-def terminating_namespaces(api: Api) -> list[str]:
-    return [
-        ns["metadata"]["name"]
-        for ns in api.items("/api/v1/namespaces")
-        if (ns.get("status") or {}).get("phase") == "Terminating"
-    ]
 
 
 def test_resync_of_unchanged_objects_makes_zero_write_requests(

@@ -12,7 +12,13 @@ import json
 from typing import Any
 
 from operator_fixtures import api, dv_path, kv_path, operator, play_cdi, play_kubevirt, status_of, vm_path
-from operator_harness import OPERATOR_RESOURCES, Api, OperatorProcess, apiserver_writes
+from operator_harness import (
+    OPERATOR_RESOURCES,
+    Api,
+    OperatorProcess,
+    apiserver_writes,
+    terminating_namespaces,
+)
 
 from kube_helpers import wait_for
 
@@ -43,14 +49,6 @@ def build_vm(namespace: str, version: int, keep: int = 2) -> dict[str, Any]:
             },
         },
     }
-
-
-def terminating_namespaces(api: Api) -> list[str]:
-    return [
-        ns["metadata"]["name"]
-        for ns in api.items("/api/v1/namespaces")
-        if (ns.get("status") or {}).get("phase") == "Terminating"
-    ]
 
 
 def golden_status(api: Api, namespace: str) -> dict[str, Any]:
