@@ -256,6 +256,7 @@ def running_vmis(node: NodeHandle, namespace: str) -> dict[str, str]:
     return out
 
 
+@pytest.mark.timeout(1800)  # five boots in sequence under TCG, ~4 min each on a loaded machine: > 600 s
 def test_a_pool_rolls_through_booted_guests_and_its_members_stay_isolated(  # noqa: PLR0917 (fixtures)
     kubevirt: NodeHandle, operator: OperatorProcess, ns: str, peers: Peers, guest_image: Path, keys: GuestKeys
 ) -> None:
