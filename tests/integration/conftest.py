@@ -30,7 +30,7 @@ from controlplane import (
     running_control_plane,
 )
 from kube_helpers import REUSE_ENV, TEST_NAMESPACE_LABEL, ControlPlaneHandle, apply_strict
-from uds_vm_operator.render.common import RELEASE_FINALIZER
+from uds_vm_operator.controller.release import without_release
 
 _INTEGRATION_DIR = Path(__file__).resolve().parent
 
@@ -160,13 +160,13 @@ def _let_members_go(client: Client, namespace: str) -> None:
             return
         raise
     for vm in vms:
-        finalizers = list(vm.metadata.finalizers or [])
-        if RELEASE_FINALIZER in finalizers:
+        remaining = without_release({"finalizers": vm.metadata.finalizers})
+        if remaining is not None:
             with contextlib.suppress(ApiError):
                 client.patch(
                     UDS_VM,
                     vm.metadata.name,
-                    {"metadata": {"finalizers": [f for f in finalizers if f != RELEASE_FINALIZER]}},
+                    {"metadata": {"finalizers": remaining}},
                     namespace=namespace,
                     patch_type=PatchType.MERGE,
                 )

@@ -22,8 +22,8 @@ import httpx2
 from lightkube.config import client_adapter
 
 from background_loop import BackgroundLoop
+from uds_vm_operator.controller.release import without_release
 from uds_vm_operator.fleet import POOL_LABEL, REVISION_LABEL
-from uds_vm_operator.render.common import RELEASE_FINALIZER
 from uds_vm_operator.runtime.kube import load_kubeconfig
 
 MERGE = "application/merge-patch+json"
@@ -161,15 +161,10 @@ class ReadinessPlayer:
     def _release(self, client: Any, member: Mapping[str, Any]) -> None:
         """Played VM controller: a deleting member has no children here, so its release finalizer goes."""
         meta = member["metadata"]
-        finalizers = list(meta.get("finalizers") or ())
-        if RELEASE_FINALIZER not in finalizers:
+        remaining = without_release(meta)
+        if remaining is None:
             return
-        patch = {
-            "metadata": {
-                "finalizers": [f for f in finalizers if f != RELEASE_FINALIZER],
-                "resourceVersion": meta["resourceVersion"],
-            }
-        }
+        patch = {"metadata": {"finalizers": remaining, "resourceVersion": meta["resourceVersion"]}}
         answer = client.patch(
             members_path(self.namespace, meta["name"]),
             content=json.dumps(patch).encode(),

@@ -22,7 +22,7 @@ import volumes
 
 import node
 from integration.operator_harness import Api, OperatorProcess
-from uds_vm_operator.render.common import RELEASE_FINALIZER
+from uds_vm_operator.controller.release import without_release
 
 T = TypeVar("T")
 
@@ -96,12 +96,12 @@ class NodeHandle:
         )
         members = (payload or {}).get("items") or [] if code == 200 else []  # 404: no CRD on this node
         for vm in members:
-            finalizers = vm["metadata"].get("finalizers") or []
-            if RELEASE_FINALIZER in finalizers:
+            remaining = without_release(vm["metadata"])
+            if remaining is not None:
                 self.api.call(
                     "PATCH",
                     f"/apis/uds.dev/v1alpha1/namespaces/{name}/udsvirtualmachines/{vm['metadata']['name']}",
-                    {"metadata": {"finalizers": [f for f in finalizers if f != RELEASE_FINALIZER]}},
+                    {"metadata": {"finalizers": remaining}},
                     content_type="application/merge-patch+json",
                     expect=(200, 404, 409),
                 )

@@ -61,6 +61,16 @@ def holds_children(body: Mapping[str, Any]) -> bool:
     return bool(meta.get("deletionTimestamp")) and RELEASE_FINALIZER in (meta.get("finalizers") or ())
 
 
+def without_release(meta: Mapping[str, Any]) -> list[str] | None:
+    """The member's finalizers once ours is removed; None when it does not carry ours (nothing to write).
+
+    The one rule for letting a member go, used by the controller and by the tests' stand-ins for it."""
+    finalizers = list(meta.get("finalizers") or ())
+    if RELEASE_FINALIZER not in finalizers:
+        return None
+    return [f for f in finalizers if f != RELEASE_FINALIZER]
+
+
 def belongs_to(kind: kube.Kind, obj: Mapping[str, Any], vm_name: str, vm_uid: str) -> bool:
     """Whether ``obj`` goes with the member: it names the member as owner, or is a disk/VMI of its children.
 
@@ -165,10 +175,9 @@ class ChildRelease:
         """Drop our finalizer from the live member, only if it is still the same, unchanged incarnation."""
         live = await self.api.get(kube.UDS_VM, namespace, name)
         live_meta = (live or {}).get("metadata") or {}
-        finalizers = list(live_meta.get("finalizers") or ())
-        if live is None or live_meta.get("uid") != uid or RELEASE_FINALIZER not in finalizers:
+        remaining = without_release(live_meta)
+        if live is None or live_meta.get("uid") != uid or remaining is None:
             return False
-        remaining = [f for f in finalizers if f != RELEASE_FINALIZER]
         patch = {"metadata": {"finalizers": remaining, "resourceVersion": live_meta.get("resourceVersion")}}
         try:
             await self.api.merge_patch(kube.UDS_VM, namespace, name, patch)
