@@ -43,7 +43,7 @@ def test_duplicates_collapse_and_a_key_enqueued_while_running_runs_once_more() -
 
 
 def test_backoff_doubles_to_a_ceiling_and_resets_on_success() -> None:
-    backoff: Backoff[str] = Backoff(non_retryable_s=300.0)
+    backoff: Backoff[str] = Backoff(terminal_delay_s=300.0)
     delays = [backoff.failed("k", RuntimeError("boom")) for _ in range(10)]
     assert delays[:3] == [0.5, 1.0, 2.0]
     assert max(delays) == MAX_BACKOFF_S
@@ -53,7 +53,7 @@ def test_backoff_doubles_to_a_ceiling_and_resets_on_success() -> None:
 
 
 def test_an_error_that_cannot_heal_waits_the_long_delay() -> None:
-    backoff: Backoff[str] = Backoff(non_retryable_s=300.0)
+    backoff: Backoff[str] = Backoff(terminal_delay_s=300.0)
     invalid = KubeApiError(422, "Invalid", "spec.x: bad", what="apply DataVolume web-dv")
     assert backoff.failed("k", invalid) == 300.0
     conflict = KubeApiError(409, "Conflict", "try again", what="apply DataVolume web-dv")

@@ -56,8 +56,8 @@ from uds_vm_operator.fleet.status import Revisions, condition, count_members, me
 from uds_vm_operator.metrics import POOL_STATES, OperatorMetrics
 from uds_vm_operator.runtime import kube
 from uds_vm_operator.runtime.conditions import by_type
-from uds_vm_operator.runtime.controller import Controller, utc_now
-from uds_vm_operator.runtime.errors import ControllerError, KubeApiError
+from uds_vm_operator.runtime.controller import Controller, ReconcileResult, utc_now
+from uds_vm_operator.runtime.errors import KubeApiError, TerminalError
 from uds_vm_operator.runtime.workqueue import MAX_BACKOFF_S
 
 log = logging.getLogger("uds_vm_operator.pool")
@@ -72,8 +72,8 @@ DEADLINE_SLACK_S = 1.0
 
 
 @dataclass
-class PoolOutcome:
-    """What one reconcile did (tests read it)."""
+class PoolOutcome(ReconcileResult):
+    """What one reconcile did (tests read it) and when to look again."""
 
     created: int = 0
     deleted: int = 0
@@ -82,16 +82,12 @@ class PoolOutcome:
     rolled_back: bool = False
 
 
-class PoolMemberNameTakenError(ControllerError):
+class PoolMemberNameTakenError(TerminalError):
     """A UDSVirtualMachine outside the pool already has a member's name."""
 
-    retryable = False
 
-
-class PoolTemplateMissingError(ControllerError):
+class PoolTemplateMissingError(TerminalError):
     """The ControllerRevision holding a revision's template is gone, so the pool cannot return to it."""
-
-    retryable = False
 
 
 class PoolController(Controller):
@@ -100,7 +96,7 @@ class PoolController(Controller):
     kind = POOL
     subject = "pool"
     queue_name = "pool"
-    non_retryable_s = MAX_BACKOFF_S
+    terminal_delay_s = MAX_BACKOFF_S
     record_reconcile_metrics = False  # pools report pool_replicas, not the VM series
     log = log
 
@@ -208,7 +204,7 @@ class PoolController(Controller):
         self._record_metrics(namespace, name, params.replicas, members, revisions.target)
         wait_s = seconds_until_next_deadline(params, members, target_revision=revisions.target, now=now)
         recheck_s = None if wait_s is None else wait_s + DEADLINE_SLACK_S
-        self.enqueue_after(namespace, name, recheck_s)
+        outcome.requeue_after(recheck_s)
         _log_reconciled(pool, actions, members, revisions.target, recheck_s)
         return outcome
 

@@ -44,6 +44,7 @@ from uds_vm_operator.controller.status import (
     REPLACING_REASON,
     Observation,
     Refusal,
+    SpecRefusedError,
     derive_status,
     must_hold_vm,
     status_changed,
@@ -66,7 +67,7 @@ from uds_vm_operator.render import (
 from uds_vm_operator.render.common import POOL_LABEL
 from uds_vm_operator.render.secrets import ADMIN_PASSWORD_KEY
 from uds_vm_operator.runtime import kube
-from uds_vm_operator.runtime.controller import Controller, Key, rfc3339, utc_now
+from uds_vm_operator.runtime.controller import Controller, Key, ReconcileResult, rfc3339, utc_now
 from uds_vm_operator.runtime.errors import KubeApiError
 from uds_vm_operator.runtime.events import transition_event
 from uds_vm_operator.runtime.store import ObjectStore
@@ -100,20 +101,12 @@ def populated_before_rendered_access_modes(desired: Mapping[str, Any], current: 
 
 
 @dataclass
-class Outcome:
-    """What one reconcile did; tests and benchmarks read ``writes``."""
+class Outcome(ReconcileResult):
+    """What one reconcile did (tests and benchmarks read ``writes``) and when to look again."""
 
     writes: int = 0
     phase: str | None = None
     deleted: bool = False
-
-
-class SpecRefusedError(Exception):
-    """A step found a spec the operator will not act on; the refusal becomes the published status."""
-
-    def __init__(self, refusal: Refusal) -> None:
-        super().__init__(refusal.message)
-        self.refusal = refusal
 
 
 ChildKey = tuple[str, str]
@@ -182,7 +175,7 @@ class Reconciler(Controller):
     kind = kube.UDS_VM
     subject = "vm"
     queue_name = "reconcile"
-    non_retryable_s = MAX_BACKOFF_S * 5
+    terminal_delay_s = MAX_BACKOFF_S * 5
     log = log
 
     def __init__(
@@ -243,9 +236,10 @@ class Reconciler(Controller):
             self.metrics.forget_vm(name=name, namespace=namespace)
         if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
             writes = await self.platform.forget(namespace, name)
+            outcome = Outcome(deleted=True, writes=writes)
             if body is not None and holds_children(body):
-                writes += await self._release(body, namespace, name)
-            return Outcome(deleted=True, writes=writes)
+                await self._release(body, outcome)
+            return outcome
         ctx = VmReconcile.of(body, namespace, name)
         try:
             await self._observe(ctx)
@@ -259,12 +253,12 @@ class Reconciler(Controller):
         await self._publish(ctx, self._observation(ctx), status="success", extra_status=extra)
         return ctx.outcome
 
-    async def _release(self, body: Mapping[str, Any], namespace: str, name: str) -> int:
+    async def _release(self, body: Mapping[str, Any], outcome: Outcome) -> None:
         """A deleting pool member: delete its children ourselves, look again while any lingers."""
         progress = await self.release.release(body)
         if progress.lingering:
-            self.enqueue_after(namespace, name, RELEASE_RECHECK_S)
-        return progress.deleted + int(progress.released)
+            outcome.requeue_after(RELEASE_RECHECK_S)
+        outcome.writes += progress.deleted + int(progress.released)
 
     # ---------------------------------------------------------------------------------------- observe
 
@@ -338,7 +332,7 @@ class Reconciler(Controller):
         # uds-package mode in a sidecar-mesh namespace: the annotations UDS admits (reads the mesh mode once)
         ctx.children = await self.platform.mesh_children(owner, ctx.require_spec(), ctx.children)
         await self._emit_all(ctx, ctx.platform.events)
-        self.enqueue_after(owner.namespace, owner.name, ctx.platform.requeue_after_s)
+        outcome.requeue_after(ctx.platform.requeue_after_s)
         verification = ctx.verification
         if verification is not None:
             outcome.writes += await execute_verification(self.api, owner.namespace, verification)
@@ -379,7 +373,7 @@ class Reconciler(Controller):
             try:
                 current = await self.api.apply(desired)
             except KubeApiError as exc:
-                if exc.retryable:
+                if exc.transient:
                     raise
                 # The schema let the spec through but the API server refuses the child (e.g. a CIDR
                 # NetworkPolicy rejects, a zero-size PVC): retrying cannot help, so say so in status.

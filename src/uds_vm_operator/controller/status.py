@@ -19,6 +19,7 @@ from typing import Any
 from uds_vm_operator import RECONCILER_NAME
 from uds_vm_operator.controller.verification import VerificationOutcome
 from uds_vm_operator.runtime.conditions import Condition, by_type, stamp
+from uds_vm_operator.runtime.errors import TerminalError
 
 CONDITION_TYPES = ("Ready", "DiskReady", "ChecksumVerified", "NetworkIsolated", "Hardened")
 
@@ -50,6 +51,15 @@ class Refusal:
 
     reason: str
     message: str
+
+
+class SpecRefusedError(TerminalError):
+    """A reconcile step found a spec the operator will not act on; the refusal becomes the published status
+    (the controller catches it: retrying cannot help until the spec, or the world it names, changes)."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
 
 
 @dataclass(frozen=True)

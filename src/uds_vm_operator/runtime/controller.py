@@ -1,10 +1,14 @@
 """The base every controller shares: work queue, retry with backoff, the error Event, Events, metrics.
 
-A controller subclass supplies :meth:`Controller.reconcile` (one object, level-triggered) and, where it
-has them, hooks: the object an error Event regards (:meth:`Controller.error_subject`), what a success
-clears (:meth:`Controller.succeeded`). Everything else — de-duplicating keys, one requeue mechanism
-(:meth:`Controller.enqueue_after`), exponential backoff per key, at most one Warning Event per distinct
-error, best-effort Events that never fail a reconcile — is written once, here.
+The reconcile contract (controller-runtime's ``reconcile.Result`` and ``TerminalError``, kopf's
+Temporary/PermanentError): a subclass's :meth:`Controller.reconcile` handles one object, level-triggered, and
+either *returns* a :class:`ReconcileResult` (done, or look again after a delay) or *raises*: a transient
+error is retried with exponential backoff, a terminal one (``runtime.errors.TerminalError``) waits the
+controller's long delay. A reconcile never requeues itself as a side effect. Hooks, where a controller has
+them: the object an error Event regards (:meth:`Controller.error_subject`), what a success clears
+(:meth:`Controller.succeeded`). Everything else — de-duplicating keys, one requeue mechanism, backoff per
+key, at most one Warning Event per distinct error, best-effort Events that never fail a reconcile — is
+written once, here.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +31,22 @@ Key = tuple[str, str]
 """(namespace, name) of the object a controller reconciles."""
 
 
+@dataclass
+class ReconcileResult:
+    """What every reconcile returns: done (``requeue_after_s`` None), or look again after a delay.
+
+    Controllers subclass it with what their tests and benchmarks read (writes, members created…).
+    """
+
+    requeue_after_s: float | None = None
+    """Reconcile this object again after this many seconds, even without an event (a deadline, a re-check)."""
+
+    def requeue_after(self, delay_s: float | None) -> None:
+        """Ask to look again in ``delay_s`` (``None``: no need); the earliest asked for wins."""
+        if delay_s is not None and (self.requeue_after_s is None or delay_s < self.requeue_after_s):
+            self.requeue_after_s = delay_s
+
+
 class Controller:
     """Owns the work queue of one kind and runs :meth:`reconcile` for one key at a time per key.
 
@@ -38,8 +59,8 @@ class Controller:
     """The log field naming the object ("vm", "pool")."""
     queue_name: str
     """Names the worker tasks."""
-    non_retryable_s: float = MAX_BACKOFF_S
-    """How long an error marked ``retryable = False`` waits before the next try."""
+    terminal_delay_s: float = MAX_BACKOFF_S
+    """How long a terminal error (``runtime.errors.TerminalError``) waits before the next try."""
     record_reconcile_metrics: bool = True
     """Count outcomes and durations in ``reconcile_total`` / ``reconcile_duration_seconds``."""
     log: logging.Logger = logging.getLogger("uds_vm_operator.controller")
@@ -59,7 +80,7 @@ class Controller:
         self._queue: KeyedWorkQueue[Key] = KeyedWorkQueue(
             self._reconcile_with_retry, workers=self.workers, name=self.queue_name
         )
-        self._backoff: Backoff[Key] = Backoff(non_retryable_s=self.non_retryable_s)
+        self._backoff: Backoff[Key] = Backoff(terminal_delay_s=self.terminal_delay_s)
         self._last_error: dict[Key, str] = {}
 
     # ------------------------------------------------------------------------------------------ queue
@@ -88,8 +109,9 @@ class Controller:
 
     # ------------------------------------------------------------------------------------------ hooks
 
-    async def reconcile(self, namespace: str, name: str) -> Any:
-        """Bring one object in line with its spec (the subclass's job)."""
+    async def reconcile(self, namespace: str, name: str) -> ReconcileResult:
+        """Bring one object in line with its spec (the subclass's job): return when to look again, or
+        raise a transient or a terminal error (see the module docstring)."""
         raise NotImplementedError
 
     def error_subject(self, key: Key) -> Mapping[str, Any] | None:
@@ -104,7 +126,7 @@ class Controller:
     async def _reconcile_with_retry(self, key: Key) -> None:
         started = time.perf_counter()
         try:
-            await self.reconcile(*key)
+            result = await self.reconcile(*key)
         except Exception as exc:  # the loop must survive anything one object can throw at it
             delay = self._backoff.failed(key, exc)
             if self.record_reconcile_metrics:
@@ -121,6 +143,7 @@ class Controller:
             self._backoff.succeeded(key)
             self._last_error.pop(key, None)
             self.succeeded(key)
+            self.enqueue_after(*key, result.requeue_after_s)
         finally:
             if self.record_reconcile_metrics:
                 self.metrics.reconcile_duration_seconds.observe(time.perf_counter() - started)
@@ -159,4 +182,4 @@ class Controller:
         return True
 
 
-__all__ = ["Controller", "Key", "micro_time", "rfc3339", "utc_now"]
+__all__ = ["Controller", "Key", "ReconcileResult", "micro_time", "rfc3339", "utc_now"]

@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
-from uds_vm_operator.runtime.errors import ControllerError
+from uds_vm_operator.runtime.errors import is_transient
 
 K = TypeVar("K", bound=Hashable)
 
@@ -74,6 +74,11 @@ class KeyedWorkQueue(Generic[K]):
         """How many keys wait for a wake-up (tests and health read it)."""
         return len(self._wakeups)
 
+    def next_wakeup_in(self, key: K) -> float | None:
+        """Seconds until ``key``'s pending wake-up (``None``: none pending): what a retry or re-check chose."""
+        handle = self._wakeups.get(key)
+        return None if handle is None else handle.when() - asyncio.get_running_loop().time()
+
     def _wake(self, key: K) -> None:
         self._wakeups.pop(key, None)
         self.enqueue(key)
@@ -115,21 +120,20 @@ class KeyedWorkQueue(Generic[K]):
 class Backoff(Generic[K]):
     """Per-key exponential retry delays (0.5 s, 1 s, 2 s … up to :data:`MAX_BACKOFF_S`).
 
-    An error marked ``retryable = False`` waits ``non_retryable_s`` instead: retrying soon cannot fix
-    it, but the world (a Secret, a quota) may change without an event for the key.
+    A terminal error (:func:`~uds_vm_operator.runtime.errors.is_transient` false) waits ``terminal_delay_s``
+    instead: retrying soon cannot fix it, but the world (a Secret, a quota) may change without an event.
     """
 
-    def __init__(self, *, non_retryable_s: float) -> None:
-        self._non_retryable_s = non_retryable_s
+    def __init__(self, *, terminal_delay_s: float) -> None:
+        self._terminal_delay_s = terminal_delay_s
         self._failures: dict[K, int] = {}
 
     def failed(self, key: K, exc: Exception) -> float:
         """Count one more failure for ``key`` and return how long to wait before the retry."""
-        retryable = getattr(exc, "retryable", True) if isinstance(exc, ControllerError) else True
         attempts = self._failures.get(key, 0) + 1
         self._failures[key] = attempts
-        if not retryable:
-            return self._non_retryable_s
+        if not is_transient(exc):
+            return self._terminal_delay_s
         delay: float = min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** (attempts - 1))
         return delay
 
