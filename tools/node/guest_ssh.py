@@ -81,18 +81,33 @@ def ssh(
     )
 
 
+BOOT_FINISHED = "/var/lib/cloud/instance/boot-finished"
+"""Written by cloud-init at the very end of its final stage, after runcmd has restarted sshd with the hardened
+configuration. Until then a login can succeed and the next connection be reset mid-handshake (seen in CI)."""
+
+
 def wait_for_login(
     pid: int, host: str, key: Path, user: str = GUEST_USER, timeout_s: float = BOOT_TIMEOUT_S
 ) -> float:
-    """Poll until `user` logs in with `key` (bounded); return the seconds it took from the call."""
+    """Poll until `user` logs in with `key`, then until cloud-init has finished (both bounded by `timeout_s`);
+    return the seconds from the call to the first login.
+
+    The guest is only settled once cloud-init's final stage is done: that stage restarts sshd with the
+    hardened configuration, so a probe made before it could meet the unhardened daemon, or a reset."""
     started = time.monotonic()
+    login_s: float | None = None
     last = SshResult(255, "", "not tried")
     while time.monotonic() - started < timeout_s:
-        last = ssh(pid, host, user, key, "true", timeout_s=30)
-        if last.returncode == 0:
-            return time.monotonic() - started
+        last = ssh(
+            pid, host, user, key, f"test -f {BOOT_FINISHED} && echo settled || echo booting", timeout_s=30
+        )
+        if last.returncode == 0 and login_s is None:
+            login_s = time.monotonic() - started
+        if last.returncode == 0 and last.stdout.strip().endswith("settled"):
+            return login_s if login_s is not None else time.monotonic() - started
         time.sleep(3)
-    raise AssertionError(f"{user} could not log in to {host} within {timeout_s:.0f} s: {last.stderr[-1500:]}")
+    state = "logged in but cloud-init did not finish" if login_s is not None else "could not log in"
+    raise AssertionError(f"{user} {state} on {host} within {timeout_s:.0f} s: {last.stderr[-1500:]}")
 
 
 def guest_tcp(pid: int, host: str, key: Path, target: str, port: int) -> str:
