@@ -12,10 +12,10 @@ from uds_vm_operator.controller.status import (
     checksum_verified_by_cdi,
     derive_status,
     must_hold_vm,
-    status_changed,
 )
 from uds_vm_operator.controller.verification import VerificationInput, decide
 from uds_vm_operator.render.common import Owner
+from uds_vm_operator.runtime.status_writer import status_changed
 
 NOW = "2026-01-02T03:04:05Z"
 LATER = "2026-01-02T04:00:00Z"

@@ -76,16 +76,44 @@ def load_cluster_config(kubeconfig: str | Path | None) -> ClusterConfig:
     return ClusterConfig(single=single, source=path)
 
 
-class KubeClient:
-    """Synchronous JSON requests against the API server of one kubeconfig context."""
+@dataclass(frozen=True)
+class Answer:
+    """One answer of the API server: HTTP status, decoded JSON (``None``: empty or not JSON), raw text."""
 
-    def __init__(self, kubeconfig: str | Path | None = None, *, timeout_s: float = 10.0) -> None:
+    status: int
+    body: Any
+    text: str
+
+    @property
+    def message(self) -> str:
+        """What the server said: a Status object's ``message``, else its raw text."""
+        if isinstance(self.body, dict) and "message" in self.body:
+            return str(self.body["message"])
+        return self.text
+
+    @property
+    def object(self) -> dict[str, Any]:
+        """The decoded body when it is a JSON object, else an empty one."""
+        return self.body if isinstance(self.body, dict) else {}
+
+
+class KubeClient:
+    """Synchronous JSON requests against the API server of one kubeconfig context: the CLI's one client.
+
+    :meth:`exchange` keeps the HTTP status for a caller that must tell answers apart (the upload token
+    request: 403 vs 404 vs 503); :meth:`request` is the usual shape (``None`` on 404, a
+    :class:`CliKubeError` on any other failure). Paths come from ``runtime.kube``'s kinds.
+    """
+
+    def __init__(
+        self, kubeconfig: str | Path | None = None, *, timeout_s: float = 10.0, trust_env: bool = True
+    ) -> None:
         import httpx2  # noqa: PLC0415 (lazy: keeps start-up fast)
         from lightkube.config import client_adapter  # noqa: PLC0415 (lazy: keeps start-up fast)
 
         config = load_cluster_config(kubeconfig)
         self.default_namespace: str = config.default_namespace
-        params = client_adapter.ConnectionParams(timeout=httpx2.Timeout(timeout_s))
+        params = client_adapter.ConnectionParams(timeout=httpx2.Timeout(timeout_s), trust_env=trust_env)
         self._http = config.build(lambda single: client_adapter.Client(single, params))
 
     def close(self) -> None:
@@ -97,6 +125,45 @@ class KubeClient:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+    def exchange(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+        params: Mapping[str, str] | None = None,
+        accept: str = "application/json",
+        what: str,
+    ) -> Answer:
+        """Send one request and return the answer whatever its status; only a request that got no answer
+        raises (:class:`CliKubeError`: the credentials failed, or the server could not be reached)."""
+        import httpx2  # noqa: PLC0415 (lazy: keeps start-up fast)
+        from lightkube.core.exceptions import ConfigError  # noqa: PLC0415 (lazy: keeps start-up fast)
+
+        headers = {"Accept": accept}
+        content = None
+        if body is not None:
+            content = json.dumps(body).encode()
+            headers["Content-Type"] = content_type
+        try:
+            response = self._http.request(method, path, content=content, headers=headers, params=params)
+        except ConfigError as exc:  # raised while authenticating: an exec plugin or token file failed
+            raise CliKubeError(
+                f"the kubeconfig's credentials failed for {what} ({exc}); check its user entry", EXIT_USAGE
+            ) from exc
+        except httpx2.TransportError as exc:
+            reason = " ".join(str(exc).split())[:200]
+            raise CliKubeError(
+                f"cannot reach the API server for {what} ({reason}); check the cluster is up and the "
+                "kubeconfig server URL is right"
+            ) from exc
+        try:
+            decoded = response.json() if response.content else None
+        except ValueError:
+            decoded = None
+        return Answer(response.status_code, decoded, response.text if response.content else "")
 
     def request(
         self,
@@ -110,42 +177,21 @@ class KubeClient:
         what: str,
     ) -> dict[str, Any] | None:
         """Send one request; ``None`` on 404, :class:`CliKubeError` on any other failure."""
-        import httpx2  # noqa: PLC0415 (lazy: keeps start-up fast)
-
-        headers = {"Accept": accept}
-        content = None
-        if body is not None:
-            content = json.dumps(body).encode()
-            headers["Content-Type"] = content_type
-        from lightkube.core.exceptions import ConfigError  # noqa: PLC0415 (lazy: keeps start-up fast)
-
-        try:
-            response = self._http.request(method, path, content=content, headers=headers, params=params)
-        except ConfigError as exc:  # raised while authenticating: an exec plugin or token file failed
-            raise CliKubeError(
-                f"the kubeconfig's credentials failed for {what} ({exc}); check its user entry", EXIT_USAGE
-            ) from exc
-        except httpx2.TransportError as exc:
-            raise CliKubeError(
-                f"cannot reach the API server for {what} ({exc}); check the cluster is up and the kubeconfig "
-                "server URL is right"
-            ) from exc
-        if response.status_code == 404:
+        answer = self.exchange(
+            method, path, body=body, content_type=content_type, params=params, accept=accept, what=what
+        )
+        status, decoded = answer.status, answer.body
+        if status == 404:
             return None
-        if response.status_code >= 400:
-            try:
-                answer = response.json()
-            except ValueError:
-                answer = None
-            detail = answer.get("message", response.text) if isinstance(answer, dict) else response.text
-            raise CliKubeError(f"{what} failed: HTTP {response.status_code}: {detail}")
-        try:
-            decoded = response.json() if response.content else {}
-        except ValueError as exc:
+        if status >= 400:
+            raise CliKubeError(f"{what} failed: HTTP {status}: {answer.message}")
+        if not answer.text:
+            return {}
+        if decoded is None:
             raise CliKubeError(
-                f"{what}: the API server answered HTTP {response.status_code} with a body that is not JSON; "
+                f"{what}: the API server answered HTTP {status} with a body that is not JSON; "
                 "check the kubeconfig server URL points at a Kubernetes API server"
-            ) from exc
+            )
         if not isinstance(decoded, dict):
             raise CliKubeError(f"{what}: the API server answered with JSON that is not an object")
         return decoded

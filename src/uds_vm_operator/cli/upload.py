@@ -26,7 +26,7 @@ from rich.console import Console
 
 from uds_vm_operator.child_names import root_dv_name
 from uds_vm_operator.cli._errors import EXIT_OK, UsageError
-from uds_vm_operator.cli._kube import load_cluster_config
+from uds_vm_operator.cli._kube import KubeClient
 from uds_vm_operator.cli._output import byte_progress
 from uds_vm_operator.cli.upload_proxy import (
     LocalDigestMismatchError,
@@ -63,71 +63,11 @@ class UploadOptions:
     poll_interval_s: float = 2.0
 
 
-class ClusterClient:
-    """JSON requests that keep the HTTP status (the token request needs 403 vs 404 vs 503 apart)."""
-
-    def __init__(self, http: Any, default_namespace: str) -> None:
-        self._http = http
-        self.default_namespace = default_namespace
-
-    @classmethod
-    def connect(cls, kubeconfig: Path | None) -> ClusterClient:
-        """Load ``kubeconfig`` (or $KUBECONFIG / ~/.kube/config / in-cluster) and build a client."""
-        # lazy: every uds-vmctl start would otherwise pay for lightkube and httpx2
-        import httpx2  # noqa: PLC0415
-        from lightkube.config import client_adapter  # noqa: PLC0415
-
-        config = load_cluster_config(kubeconfig)
-        params = client_adapter.ConnectionParams(timeout=httpx2.Timeout(15.0), trust_env=False)
-        return cls(
-            config.build(lambda single: client_adapter.Client(single, params)), config.default_namespace
-        )
-
-    def close(self) -> None:
-        """Release the connection pool."""
-        self._http.close()
-
-    def request(
-        self, method: str, path: str, body: dict[str, Any] | None = None
-    ) -> tuple[int, dict[str, Any]]:
-        """Send one request; return the status code and the decoded JSON body (``{}`` if not JSON)."""
-        import httpx2  # noqa: PLC0415
-        from lightkube.core.exceptions import ConfigError  # noqa: PLC0415
-
-        try:
-            response = self._http.request(
-                method, path, json=body, headers={"Accept": "application/json"}, params=None
-            )
-        except ConfigError as exc:  # raised while authenticating: an exec plugin or token file failed
-            raise UsageError(f"the kubeconfig's credentials failed ({exc}); check its user entry") from exc
-        except httpx2.TransportError as exc:
-            raise UploadError(
-                f"cannot reach the API server ({' '.join(str(exc).split())[:200]}); check the kubeconfig"
-            ) from exc
-        try:
-            decoded = response.json()
-        except ValueError:
-            decoded = {}
-        return response.status_code, decoded if isinstance(decoded, dict) else {}
-
-    def get(self, path: str, what: str) -> dict[str, Any] | None:
-        """GET an object; ``None`` when it does not exist, :class:`UploadError` on other errors."""
-        status, body = self.request("GET", path)
-        if status == 404:
-            return None
-        if status >= 400:
-            raise UploadError(f"{what}: HTTP {status} {body.get('message', '')}".rstrip())
-        return body
-
-
 def run_upload(options: UploadOptions, console: Console) -> int:
     """Run the whole upload and return 0; progress goes to ``console`` (stderr), failures are raised."""
     _check_usage(options)
-    cluster = ClusterClient.connect(options.kubeconfig)
-    try:
+    with KubeClient(options.kubeconfig, timeout_s=15.0, trust_env=False) as cluster:
         return _upload(options, cluster, console)
-    finally:
-        cluster.close()
 
 
 def _check_usage(options: UploadOptions) -> None:
@@ -156,10 +96,12 @@ def _check_usage(options: UploadOptions) -> None:
         raise UsageError(f"--uploadproxy-url {options.uploadproxy_url!r} must start with https://")
 
 
-def _upload(options: UploadOptions, cluster: ClusterClient, console: Console) -> int:
+def _upload(options: UploadOptions, cluster: KubeClient, console: Console) -> int:
     namespace = options.namespace or cluster.default_namespace
     dv_name = root_dv_name(options.name)
-    vm = cluster.get(kube.UDS_VM.path(namespace, options.name), f"read UDSVirtualMachine {options.name}")
+    vm = cluster.request(
+        "GET", kube.UDS_VM.path(namespace, options.name), what=f"read UDSVirtualMachine {options.name}"
+    )
     if vm is None:
         raise UploadError(
             f"UDSVirtualMachine {namespace}/{options.name} not found; apply it first "
@@ -240,7 +182,7 @@ def _check_local_digest(image: Path, declared: str, console: Console) -> None:
     console.print(f"local digest matches the declared {want}", highlight=False)
 
 
-def request_upload_token(cluster: ClusterClient, namespace: str, pvc_name: str) -> str:
+def request_upload_token(cluster: KubeClient, namespace: str, pvc_name: str) -> str:
     """Ask CDI for an upload token for ``pvc_name`` (``UploadTokenRequest``, valid 5 minutes)."""
     token_request = kube.UPLOAD_TOKEN_REQUEST
     body = {
@@ -249,7 +191,10 @@ def request_upload_token(cluster: ClusterClient, namespace: str, pvc_name: str) 
         "metadata": {"name": f"{pvc_name}-upload", "namespace": namespace},
         "spec": {"pvcName": pvc_name},
     }
-    status, answer = cluster.request("POST", token_request.path(namespace), body)
+    answer = cluster.exchange(
+        "POST", token_request.path(namespace), body=body, what="request an upload token"
+    )
+    status = answer.status
     if status in (404, 503):
         raise UploadApiUnavailableError(
             f"CDI upload API not available (HTTP {status} for {token_request.api_version} "
@@ -261,10 +206,8 @@ def request_upload_token(cluster: ClusterClient, namespace: str, pvc_name: str) 
             "'create' on uploadtokenrequests.upload.cdi.kubevirt.io"
         )
     if status >= 400:
-        raise UploadError(
-            f"the upload token request failed: HTTP {status} {answer.get('message', '')}".rstrip()
-        )
-    token = (answer.get("status") or {}).get("token")
+        raise UploadError(f"the upload token request failed: HTTP {status} {answer.message}".rstrip())
+    token = (answer.object.get("status") or {}).get("token")
     if not isinstance(token, str) or not token:
         raise UploadApiUnavailableError(
             "CDI returned no upload token; check the cdi-apiserver logs, then re-run"
@@ -273,7 +216,7 @@ def request_upload_token(cluster: ClusterClient, namespace: str, pvc_name: str) 
 
 
 def wait_until_upload_ready(
-    cluster: ClusterClient,
+    cluster: KubeClient,
     namespace: str,
     dv_name: str,
     *,
@@ -288,7 +231,9 @@ def wait_until_upload_ready(
     phase: str | None = None
     announced = False
     while True:
-        dv = cluster.get(kube.DATA_VOLUME.path(namespace, dv_name), f"read DataVolume {dv_name}")
+        dv = cluster.request(
+            "GET", kube.DATA_VOLUME.path(namespace, dv_name), what=f"read DataVolume {dv_name}"
+        )
         if dv is not None:
             if "upload" not in ((dv.get("spec") or {}).get("source") or {}):
                 raise UploadNotReadyError(f"DataVolume {namespace}/{dv_name} is not an upload target")
@@ -319,10 +264,10 @@ def wait_until_upload_ready(
         sleep(poll_interval_s)
 
 
-def _proxy_url(options: UploadOptions, cluster: ClusterClient) -> str:
+def _proxy_url(options: UploadOptions, cluster: KubeClient) -> str:
     if options.uploadproxy_url:
         return options.uploadproxy_url
-    config = cluster.get(kube.CDI_CONFIG.path(name="config"), "read CDIConfig config")
+    config = cluster.request("GET", kube.CDI_CONFIG.path(name="config"), what="read CDIConfig config")
     url = ((config or {}).get("status") or {}).get("uploadProxyURL")
     if isinstance(url, str) and url:
         return url if url.startswith(("https://", "http://")) else f"https://{url}"

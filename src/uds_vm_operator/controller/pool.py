@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import Any
 
 from uds_vm_operator.api import SpecError
-from uds_vm_operator.api.pool import parse_pool_spec, validate_pool_name
+from uds_vm_operator.api.pool import UDSVirtualMachinePoolStatus, parse_pool_spec, validate_pool_name
 from uds_vm_operator.apiversions import UDS_API_VERSION
 from uds_vm_operator.fleet import (
     POOL_LABEL,
@@ -58,6 +58,7 @@ from uds_vm_operator.runtime import kube
 from uds_vm_operator.runtime.conditions import by_type
 from uds_vm_operator.runtime.controller import Controller, ReconcileResult, utc_now
 from uds_vm_operator.runtime.errors import KubeApiError, TerminalError
+from uds_vm_operator.runtime.status_writer import StatusWriter
 from uds_vm_operator.runtime.workqueue import MAX_BACKOFF_S
 
 log = logging.getLogger("uds_vm_operator.pool")
@@ -109,6 +110,8 @@ class PoolController(Controller):
         clock: Callable[[], datetime] = utc_now,
     ) -> None:
         super().__init__(api, metrics, workers=workers, clock=clock)
+        self.status_writer = StatusWriter(api, POOL, UDSVirtualMachinePoolStatus)
+        """The one status write of a reconcile (runtime.status_writer), validated against the CRD's model."""
 
     # ------------------------------------------------------------------------------------------ wiring
 
@@ -443,12 +446,7 @@ class PoolController(Controller):
         halt: HaltRollout | None,
         outcome: PoolOutcome,
     ) -> None:
-        if _without_nulls(status) != _without_nulls(previous):
-            meta = pool["metadata"]
-            patch = {key: status.get(key) for key in set(status) | set(previous)}
-            await self.api.merge_patch(
-                POOL, meta["namespace"], meta["name"], {"status": patch}, subresource="status"
-            )
+        if await self.status_writer.publish(pool, status) is not None:
             outcome.status_written = True
         was_stalled = _condition_status(previous, "RolloutStalled") == "True"
         if halt is not None and not was_stalled:
@@ -474,12 +472,8 @@ class PoolController(Controller):
             "observedGeneration": generation,
             "conditions": merge_conditions(previous.get("conditions"), fresh) + others,
         }
-        if _without_nulls(status) == _without_nulls(previous):
+        if await self.status_writer.publish(pool, status) is None:
             return
-        meta = pool["metadata"]
-        await self.api.merge_patch(
-            POOL, meta["namespace"], meta["name"], {"status": status}, subresource="status"
-        )
         outcome.status_written = True
         if _condition_reason(previous, "Ready") != "InvalidSpec":
             await self.emit(pool, "Warning", "InvalidSpec", message)
@@ -513,14 +507,6 @@ def _log_reconciled(
 
 def _revision_object_name(pool: str, revision: str) -> str:
     return f"{pool}-{revision}"
-
-
-def _without_nulls(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_without_nulls(v) for v in value]
-    return value
 
 
 def _condition_status(status: Mapping[str, Any], type_: str) -> str | None:

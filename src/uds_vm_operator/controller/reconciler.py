@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from uds_vm_operator.api import SpecError, UDSVirtualMachineSpec, parse_vm_spec
+from uds_vm_operator.api.models import UDSVirtualMachineStatus
 from uds_vm_operator.api.quantity import parse_bytes
 from uds_vm_operator.child_names import admin_secret_name, netpol_name, root_dv_name
 from uds_vm_operator.controller import ssrf
@@ -47,7 +48,6 @@ from uds_vm_operator.controller.status import (
     SpecRefusedError,
     derive_status,
     must_hold_vm,
-    status_changed,
 )
 from uds_vm_operator.controller.verification import VerificationOutcome
 from uds_vm_operator.controller.verification_io import (
@@ -70,6 +70,7 @@ from uds_vm_operator.runtime import kube
 from uds_vm_operator.runtime.controller import Controller, Key, ReconcileResult, rfc3339, utc_now
 from uds_vm_operator.runtime.errors import KubeApiError
 from uds_vm_operator.runtime.events import transition_event
+from uds_vm_operator.runtime.status_writer import StatusWriter
 from uds_vm_operator.runtime.store import ObjectStore
 from uds_vm_operator.runtime.workqueue import MAX_BACKOFF_S
 from uds_vm_operator.sizing import DEFAULT_OVERHEAD_PERCENT, pvc_mib, virtual_mib
@@ -200,6 +201,8 @@ class Reconciler(Controller):
         self.pruner = ChildPruner(api)
         self.release = ChildRelease(api)
         """Deletes a deleting pool member's children, then its finalizer (controller.release)."""
+        self.status_writer = StatusWriter(api, kube.UDS_VM, UDSVirtualMachineStatus)
+        """The one status write of a reconcile (runtime.status_writer), validated against the CRD's model."""
         self.clone_grants = CloneGrants(api)
         """Proof a cross-namespace clone source is granted to the VM's namespace (controller.references)."""
         self.source_allowlist = ssrf.source_allowlist_from_env()
@@ -559,11 +562,8 @@ class Reconciler(Controller):
         desired.update(extra_status if extra_status is not None else carried_status(previous))
         desired["message"] = str(desired.get("message") or "")[:STATUS_MESSAGE_LIMIT]
         outcome.phase = desired["phase"]
-        if status_changed(desired, previous):
-            patch = {key: desired.get(key) for key in set(desired) | set(previous)}
-            updated = await self.api.merge_patch(
-                kube.UDS_VM, meta.get("namespace"), meta["name"], {"status": patch}, subresource="status"
-            )
+        updated = await self.status_writer.publish(owner_body, desired)
+        if updated is not None:
             self.store.put(kube.UDS_VM, updated)
             outcome.writes += 1
             event = transition_event(previous, desired)

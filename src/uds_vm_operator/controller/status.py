@@ -147,13 +147,6 @@ def derive_status(obs: Observation, previous: Mapping[str, Any] | None, now: str
     return status
 
 
-def status_changed(desired: Mapping[str, Any], observed: Mapping[str, Any] | None) -> bool:
-    """True when ``desired`` differs from the stored status (absent keys equal ``None``)."""
-    observed = observed or {}
-    keys = set(desired) | set(observed)
-    return any(desired.get(key) != observed.get(key) for key in keys)
-
-
 def _refused(refusal: Refusal) -> tuple[str, str, list[tuple[str, Condition]]]:
     unknown = Condition("Unknown", refusal.reason, "Not evaluated: the spec is refused.")
     conditions: list[tuple[str, Condition]] = [("Ready", Condition("False", refusal.reason, refusal.message))]

@@ -75,7 +75,7 @@ class KeyedWorkQueue(Generic[K]):
         return len(self._wakeups)
 
     def next_wakeup_in(self, key: K) -> float | None:
-        """Seconds until ``key``'s pending wake-up (``None``: none pending): what a retry or re-check chose."""
+        """Seconds until ``key``'s pending wake-up (``None``: none): what a retry or a re-check chose."""
         handle = self._wakeups.get(key)
         return None if handle is None else handle.when() - asyncio.get_running_loop().time()
 

@@ -29,7 +29,8 @@ from node_cluster import NodeHandle
 
 from cdi.upload_support import DV, PROXY_NAME, VM, prep_and_apply, succeeded, upload_ready, vmctl_upload
 from integration.operator_harness import OperatorProcess
-from uds_vm_operator.cli.upload import ClusterClient, request_upload_token
+from uds_vm_operator.cli._kube import KubeClient
+from uds_vm_operator.cli.upload import request_upload_token
 from uds_vm_operator.cli.upload_proxy import ProxyTarget, stream_upload
 
 VIRTUAL_SIZE = 16 * MIB
@@ -75,7 +76,7 @@ def test_an_altered_image_is_refused_by_the_cli_and_caught_by_the_verifier_when_
     assert dv["status"]["phase"] == "UploadReady", "the CLI sent nothing"
 
     # virtctl-style: a token from the real CDI API and the raw bytes, with no local digest check.
-    cluster = ClusterClient.connect(cdi.kubeconfig)
+    cluster = KubeClient(cdi.kubeconfig)
     try:
         token = request_upload_token(cluster, cdi_ns, DV)
     finally:

@@ -63,7 +63,8 @@ from node_cluster import NodeHandle
 
 from cdi.upload_support import DV, PROXY_NAME, VM, prep_and_apply, proxy, succeeded, vmctl_upload
 from integration.operator_harness import OperatorProcess
-from uds_vm_operator.cli.upload import ClusterClient, request_upload_token
+from uds_vm_operator.cli._kube import KubeClient
+from uds_vm_operator.cli.upload import request_upload_token
 from uds_vm_operator.cli.upload_proxy import ProxyTarget, stream_upload
 
 VIRTUAL_SIZE = 64 * MIB
@@ -437,7 +438,7 @@ def test_an_upload_resumed_after_a_dropped_connection_is_caught_never_a_silently
     # 2. The "resume": the rest of the file, from where the client stopped, with a fresh token.
     rest = tmp_path / "rest-of-image.bin"
     rest.write_bytes(image.path.read_bytes()[HOLD_AFTER_BYTES:])
-    cluster = ClusterClient.connect(cdi.kubeconfig)
+    cluster = KubeClient(cdi.kubeconfig)
     try:
         token = request_upload_token(cluster, cdi_ns, DV)
     finally:
