@@ -385,11 +385,13 @@ def boot(demo: Demo, admin: int, key: Path, applied_at: float) -> str:
         demo.get(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=kubevirt.io%3Dvirt-launcher") or {}
     ).get("items") or []
     address = str(pods[0]["status"]["podIP"])
-    with console.status("waiting for the guest's sshd (QEMU software emulation)"):
-        guest_ssh.wait_for_login(admin, address, key)
+    with console.status("waiting for the guest's sshd, then cloud-init's final stage (QEMU emulation)"):
+        asked_at = time.monotonic()
+        login_s = guest_ssh.wait_for_login(admin, address, key)
     real(
         "guest",
         f"{guest_ssh.GUEST_USER} logged in over SSH at {address}, "
+        f"{asked_at + login_s - applied_at:.0f} s after apply; cloud-init finished "
         f"{time.monotonic() - applied_at:.0f} s after apply",
     )
     return address
