@@ -1,9 +1,10 @@
-"""Install the real KubeVirt (virt-api, virt-controller, virt-handler) on the test node, as virt-operator would.
+"""Install the real KubeVirt (virt-api, virt-controller, virt-handler) on the test node as virt-operator would.
 
 The objects come from ``kubevirt-manifests`` (tools/kubevirt/manifests: virt-operator's own install strategy
 and certificate code for the pinned tag); this script only chooses which of them the node runs, applies them
 server-side in virt-operator's order (CRDs, RBAC, certificates, virt-api; once virt-api serves, its webhooks
-and the ``v1.subresources.kubevirt.io`` APIService; then virt-controller) and waits until each answers; virt-handler (a DaemonSet on the node) comes last (ADR 0008).
+and the ``v1.subresources.kubevirt.io`` APIService; then virt-controller; virt-handler, a DaemonSet on the
+node, last) and waits until each answers.
 Idempotent: the generated manifests (and so the certificates) are kept in ``<state>/kubevirt/install.json``
 and re-applied unchanged on the next run.
 
