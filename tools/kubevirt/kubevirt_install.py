@@ -1,4 +1,4 @@
-"""Install the real KubeVirt (virt-api, virt-controller, virt-handler) on the test node as virt-operator would.
+"""Install the real KubeVirt (virt-api, virt-controller, virt-handler) on the node as virt-operator does.
 
 The objects come from ``kubevirt-manifests`` (tools/kubevirt/manifests: virt-operator's own install strategy
 and certificate code for the pinned tag); this script only chooses which of them the node runs, applies them
