@@ -16,9 +16,7 @@ from operator_fixtures import api, dv_path, kv_path, netpol_path, udsvm, vm_path
 from operator_harness import Api
 from pool_play import members_path, pool_path
 
-from uds_vm_operator.controller.facts import DATAVOLUME_CRD, FactsCache
-from uds_vm_operator.controller.handlers import watched_kinds
-from uds_vm_operator.controller.pool import PoolController
+from uds_vm_operator.controller import factory
 from uds_vm_operator.controller.reconciler import Reconciler
 from uds_vm_operator.fleet import POOL_LABEL
 from uds_vm_operator.metrics import OperatorMetrics
@@ -44,14 +42,10 @@ def in_process(kubeconfig: Any, scenario: Callable[[kube.KubeApi], Awaitable[T]]
 
 
 def vm_reconciler(client: kube.KubeApi) -> tuple[Reconciler, ObjectStore]:
-    """A Reconciler wired as the process wires it, with the store filled by hand instead of by watches."""
-    store = ObjectStore(watched_kinds())
-
-    async def fetch_crd() -> dict[str, Any] | None:
-        return await client.get(kube.CRD, None, DATAVOLUME_CRD)
-
-    reconciler = Reconciler(client, store, FactsCache(fetch_crd), OperatorMetrics(process_collectors=False))
-    return reconciler, store
+    """The VM controller built as the process builds it (controller.factory), its store filled by hand
+    instead of by watches."""
+    reconciler = factory.vm_controller(client, OperatorMetrics(process_collectors=False))
+    return reconciler, reconciler.store
 
 
 def test_one_reconcile_creates_the_children_and_a_second_writes_nothing(
@@ -145,7 +139,7 @@ def test_the_pool_controller_creates_its_members_and_a_second_reconcile_creates_
     api.apply(pool, pool_path(namespace, "db"))
 
     async def scenario(client: kube.KubeApi) -> list[Any]:
-        controller = PoolController(client, OperatorMetrics(process_collectors=False))
+        controller = factory.pool_controller(client, OperatorMetrics(process_collectors=False))
         return [await controller.reconcile(namespace, "db") for _ in range(3)]
 
     first, second, third = in_process(control_plane.kubeconfig, scenario)

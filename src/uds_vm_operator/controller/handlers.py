@@ -86,9 +86,9 @@ def configure_settings(
     settings.networking.request_timeout = 30
 
 
-def build_registry(reconciler: Reconciler, store: ObjectStore) -> kopf.OperatorRegistry:
-    """Register the watch handlers on a fresh registry (no global state, testable)."""
-    registry = kopf.OperatorRegistry()
+def register_vm_handlers(registry: kopf.OperatorRegistry, reconciler: Reconciler) -> None:
+    """Add the VM controller's watch handlers (its VMs and their children) to ``registry``."""
+    store = reconciler.store
 
     @kopf.on.event(kube.UDS_VM.api_version, kube.UDS_VM.plural, registry=registry)
     async def on_vm_event(event: Mapping[str, Any], **_: Any) -> None:
@@ -105,7 +105,6 @@ def build_registry(reconciler: Reconciler, store: ObjectStore) -> kopf.OperatorR
 
     for kind in CHILD_KINDS:
         _register_child(registry, reconciler, store, kind)
-    return registry
 
 
 def _register_child(

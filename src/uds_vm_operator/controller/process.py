@@ -18,13 +18,11 @@ from typing import Any
 
 import kopf
 
-from uds_vm_operator.controller.facts import DATAVOLUME_CRD, FactsCache
+from uds_vm_operator.controller import factory
 from uds_vm_operator.controller.handlers import (
     VM_CONTROLLER_KINDS,
-    build_registry,
     configure_settings,
     needs_cluster_scanning,
-    watched_kinds,
 )
 from uds_vm_operator.controller.reconciler import Reconciler
 from uds_vm_operator.metrics import OperatorMetrics
@@ -46,7 +44,6 @@ from uds_vm_operator.runtime.peering import (
     apply_peering_settings,
     warn_if_peering_object_missing,
 )
-from uds_vm_operator.runtime.store import ObjectStore
 
 log = logging.getLogger("uds_vm_operator.process")
 
@@ -158,24 +155,21 @@ class _Controllers:
 
 
 def _start_controllers(options: RunOptions, api: kube.KubeApi, metrics: OperatorMetrics) -> _Controllers:
-    """Build the VM controller (always, its workers start later) and the pool controller when enabled.
+    """Build the VM controller (always, its workers start later) and the pool controller when enabled, each
+    registering its own handlers (controller.factory: the same build as the in-process tests).
 
     The pool workers' task is created here, before kopf starts, for the reason given in ``_serve``."""
-    store = ObjectStore(watched_kinds())
-
-    async def fetch_crd() -> dict[str, Any] | None:
-        return await api.get(kube.CRD, None, DATAVOLUME_CRD)
-
-    reconciler = Reconciler(api, store, FactsCache(fetch_crd), metrics, workers=options.max_workers)
-    registry = build_registry(reconciler, store) if "vm" in options.controllers else kopf.OperatorRegistry()
-    kopf_kinds: list[kube.Kind] = list(VM_CONTROLLER_KINDS) if "vm" in options.controllers else []
+    reconciler = factory.vm_controller(api, metrics, workers=options.max_workers)
+    registry = kopf.OperatorRegistry()
+    kopf_kinds: list[kube.Kind] = []
+    if "vm" in options.controllers:
+        reconciler.register(registry)
+        kopf_kinds += VM_CONTROLLER_KINDS
     pool_workers: asyncio.Task[None] | None = None
     if "pool" in options.controllers:
-        from uds_vm_operator.controller.pool import POOL, PoolController  # noqa: PLC0415
-
-        kopf_kinds += [POOL, kube.UDS_VM]  # a repeat is harmless: presence is checked as a set
-        pools = PoolController(api, metrics)
+        pools = factory.pool_controller(api, metrics)
         pools.register(registry)
+        kopf_kinds += [pools.kind, kube.UDS_VM]  # a repeat is harmless: presence is checked as a set
         pool_workers = asyncio.create_task(pools.run(), name="pool-workers")
     return _Controllers(reconciler, registry, kopf_kinds, pool_workers)
 

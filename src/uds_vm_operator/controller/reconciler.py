@@ -210,6 +210,12 @@ class Reconciler(Controller):
         """Admin allowlist of private import hosts (chart value ssrf.allowedSourceHosts; controller.ssrf)."""
         """Deletes children a spec change made obsolete (controller.pruning), in the apply step."""
 
+    def register(self, registry: Any) -> None:
+        """Add this controller's watch handlers to a kopf registry (``kopf.on.event`` only; see handlers)."""
+        from uds_vm_operator.controller.handlers import register_vm_handlers  # noqa: PLC0415 (imports this)
+
+        register_vm_handlers(registry, self)
+
     def verify_children(self, namespace: str, name: str) -> None:
         """Until this VM's next successful reconcile, confirm a store miss for a child with one GET.
 
