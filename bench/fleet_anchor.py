@@ -256,6 +256,7 @@ def _operator_scenario(
         "resync_s_incl_start_and_3s_quiet": round(resync_s, 2),
         "resync_writes": resync_writes,
         "resync_requests": sum(resync_requests.values()),
+        "resync_requests_by_verb_resource": dict(sorted(resync_requests.items(), key=lambda kv: -kv[1])[:25]),
         "load_1m": {"before": load_before, "converged": load_converged, "after": _load()},
     }
 

@@ -86,6 +86,33 @@ def test_one_reconcile_creates_the_children_and_a_second_writes_nothing(
     }
 
 
+def test_after_a_restart_a_pass_that_found_no_vm_does_not_make_its_children_trusted(
+    api: Api, control_plane: Any, namespace: str
+) -> None:
+    """The restart race a 3,000-VM resync showed (345 needless applies): a child's listing enqueues its VM
+    before the VM is listed; that pass finds no VM and ends well while the VM's listing marks it unverified.
+    The VM's own pass must still confirm each store miss with a GET, not apply children it has not seen."""
+    api.apply(udsvm("web", namespace), vm_path(namespace, "web"))
+
+    async def scenario(client: kube.KubeApi) -> tuple[int, int]:
+        before, store = vm_reconciler(client)
+        vm = await client.get(kube.UDS_VM, namespace, "web")
+        assert vm is not None
+        store.put(kube.UDS_VM, vm)
+        created = (await before.reconcile(namespace, "web")).writes
+        restarted, fresh_store = vm_reconciler(client)  # a new process: an empty store, nothing listed yet
+        restarted.verify_children(namespace, "web")  # the VM's listing event, while a pass is under way
+        await restarted._reconcile_with_retry((namespace, "web"))  # that pass: no VM in its store yet
+        listed = await client.get(kube.UDS_VM, namespace, "web")
+        assert listed is not None
+        fresh_store.put(kube.UDS_VM, listed)  # the VM is listed; its children are not, yet
+        return created, (await restarted.reconcile(namespace, "web")).writes
+
+    created, resynced = in_process(control_plane.kubeconfig, scenario)
+    assert created == 6  # four children, the status, its Event
+    assert resynced == 0  # each child confirmed by a GET and found as rendered: nothing applied
+
+
 def test_a_refused_spec_is_published_without_children(api: Api, control_plane: Any, namespace: str) -> None:
     spec = {"liveMigration": True, "disk": {"virtualSize": "10Mi", "accessModes": ["ReadWriteOnce"]}}
     api.apply(udsvm("moving", namespace, **spec), vm_path(namespace, "moving"))

@@ -19,6 +19,7 @@ from uds_vm_operator.runtime.store import ObjectStore
 if TYPE_CHECKING:
     from uds_vm_operator.controller.pool import PoolController
 
+
 def vm_controller(api: kube.KubeApi, metrics: OperatorMetrics, *, workers: int = 8) -> Reconciler:
     """The UDSVirtualMachine controller with its own store and its cached view of CDI's DataVolume CRD."""
 

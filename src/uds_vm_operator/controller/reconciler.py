@@ -217,20 +217,20 @@ class Reconciler(Controller):
         register_vm_handlers(registry, self)
 
     def verify_children(self, namespace: str, name: str) -> None:
-        """Until this VM's next successful reconcile, confirm a store miss for a child with one GET.
+        """Until a reconcile of this VM has looked at every child, confirm a store miss with one GET.
 
         After a (re)start kopf lists each kind separately, so a VM can be reconciled before its children
         reached the store; reading a miss as "absent" would cost a needless apply (a write on a resync).
+        Only a pass that reached the apply step clears it: a reconcile that began before the VM was listed
+        (enqueued by a child's listing, it found no VM) ends successfully too, but has seen no child, and
+        clearing the flag then let the VM's own pass trust misses of children not listed yet (measured: 345
+        needless applies on a 3,000-VM resync).
         """
         self._unverified.add((namespace, name))
 
     def error_subject(self, key: Key) -> Mapping[str, Any] | None:
         """A failed reconcile's Warning Event regards the VM as the store last saw it."""
         return self.store.get(kube.UDS_VM, *key)
-
-    def succeeded(self, key: Key) -> None:
-        """A successful reconcile has seen every child: store misses are trusted from now on."""
-        self._unverified.discard(key)
 
     # -------------------------------------------------------------------------------------- reconcile
 
@@ -254,6 +254,7 @@ class Reconciler(Controller):
             await self._observe(ctx)
             self._decide(ctx)
             await self._apply(ctx)
+            self._unverified.discard((namespace, name))  # every child was read: misses are trusted now
         except SpecRefusedError as refused:
             await self._publish(ctx, self._refused_observation(ctx, refused.refusal), status="invalid")
             return ctx.outcome
