@@ -111,7 +111,7 @@ test-unit: install ## unit tier only (fast)
 test-images: install system-deps ## image tier only (needs qemu-img)
 	$(PY) -m pytest -q tests/images
 
-test-integration: install envtest-bins helm-bin scan-bins ## integration tier only (real control plane)
+test-integration: install envtest-bins helm-bin scan-bins go-anchor ## integration tier only (real control plane; the Go anchor smoke test)
 	$(PY) -m pytest -q tests/integration
 
 test-node: install node-deps node-bins kubevirt-images guest-image helm-bin zarf-bin ## real-node tier only (kubelet, containerd, CNI, policies, the operator's image)
