@@ -48,6 +48,13 @@ def vm_reconciler(client: kube.KubeApi) -> tuple[Reconciler, ObjectStore]:
     return reconciler, reconciler.store
 
 
+async def list_into(client: kube.KubeApi, store: ObjectStore, namespace: str, name: str) -> None:
+    """Put the VM into the store as a watch's listing would (the tests fill the store by hand)."""
+    vm = await client.get(kube.UDS_VM, namespace, name)
+    assert vm is not None
+    store.put(kube.UDS_VM, vm)
+
+
 def test_one_reconcile_creates_the_children_and_a_second_writes_nothing(
     api: Api, control_plane: Any, namespace: str
 ) -> None:
@@ -55,9 +62,7 @@ def test_one_reconcile_creates_the_children_and_a_second_writes_nothing(
 
     async def scenario(client: kube.KubeApi) -> tuple[Any, Any]:
         reconciler, store = vm_reconciler(client)
-        vm = await client.get(kube.UDS_VM, namespace, "web")
-        assert vm is not None
-        store.put(kube.UDS_VM, vm)
+        await list_into(client, store, namespace, "web")
         reconciler.verify_children(namespace, "web")  # the store is empty: confirm each miss with a GET
         first = await reconciler.reconcile(namespace, "web")
         second = await reconciler.reconcile(namespace, "web")
@@ -96,16 +101,12 @@ def test_after_a_restart_a_pass_that_found_no_vm_does_not_make_its_children_trus
 
     async def scenario(client: kube.KubeApi) -> tuple[int, int]:
         before, store = vm_reconciler(client)
-        vm = await client.get(kube.UDS_VM, namespace, "web")
-        assert vm is not None
-        store.put(kube.UDS_VM, vm)
+        await list_into(client, store, namespace, "web")
         created = (await before.reconcile(namespace, "web")).writes
         restarted, fresh_store = vm_reconciler(client)  # a new process: an empty store, nothing listed yet
         restarted.verify_children(namespace, "web")  # the VM's listing event, while a pass is under way
         await restarted._reconcile_with_retry((namespace, "web"))  # that pass: no VM in its store yet
-        listed = await client.get(kube.UDS_VM, namespace, "web")
-        assert listed is not None
-        fresh_store.put(kube.UDS_VM, listed)  # the VM is listed; its children are not, yet
+        await list_into(client, fresh_store, namespace, "web")
         return created, (await restarted.reconcile(namespace, "web")).writes
 
     created, resynced = in_process(control_plane.kubeconfig, scenario)
@@ -119,9 +120,7 @@ def test_a_refused_spec_is_published_without_children(api: Api, control_plane: A
 
     async def scenario(client: kube.KubeApi) -> Any:
         reconciler, store = vm_reconciler(client)
-        vm = await client.get(kube.UDS_VM, namespace, "moving")
-        assert vm is not None
-        store.put(kube.UDS_VM, vm)
+        await list_into(client, store, namespace, "moving")
         return await reconciler.reconcile(namespace, "moving")
 
     outcome = in_process(control_plane.kubeconfig, scenario)

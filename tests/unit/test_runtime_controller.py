@@ -54,13 +54,11 @@ class Flaky(Controller):
         self.calls += 1
         if self.calls <= self.failures:
             raise self.error
+        self.successes.append((namespace, name))
         return ReconcileResult(requeue_after_s=self.requeue_after_s)
 
     def error_subject(self, key: tuple[str, str]) -> dict[str, Any] | None:
         return OWNER
-
-    def succeeded(self, key: tuple[str, str]) -> None:
-        self.successes.append(key)
 
 
 def drive(controller: Controller, until: Any, *, polls: int = 500) -> None:

@@ -4,11 +4,10 @@ The reconcile contract (controller-runtime's ``reconcile.Result`` and ``Terminal
 Temporary/PermanentError): a subclass's :meth:`Controller.reconcile` handles one object, level-triggered, and
 either *returns* a :class:`ReconcileResult` (done, or look again after a delay) or *raises*: a transient
 error is retried with exponential backoff, a terminal one (``runtime.errors.TerminalError``) waits the
-controller's long delay. A reconcile never requeues itself as a side effect. Hooks, where a controller has
-them: the object an error Event regards (:meth:`Controller.error_subject`), what a success clears
-(:meth:`Controller.succeeded`). Everything else — de-duplicating keys, one requeue mechanism, backoff per
-key, at most one Warning Event per distinct error, best-effort Events that never fail a reconcile — is
-written once, here.
+controller's long delay. A reconcile never requeues itself as a side effect. One hook, where a controller
+has it: the object an error Event regards (:meth:`Controller.error_subject`). Everything else —
+de-duplicating keys, one requeue mechanism, backoff per key, at most one Warning Event per distinct error,
+best-effort Events that never fail a reconcile — is written once, here.
 """
 
 from __future__ import annotations
@@ -118,9 +117,6 @@ class Controller:
         """The object a failed reconcile's Warning Event regards (``None``: no Event)."""
         return None
 
-    def succeeded(self, key: Key) -> None:
-        """Called after a reconcile of ``key`` finished without an exception."""
-
     # ------------------------------------------------------------------------------------------ retry
 
     async def _reconcile_with_retry(self, key: Key) -> None:
@@ -142,7 +138,6 @@ class Controller:
         else:
             self._backoff.succeeded(key)
             self._last_error.pop(key, None)
-            self.succeeded(key)
             self.enqueue_after(*key, result.requeue_after_s)
         finally:
             if self.record_reconcile_metrics:
