@@ -33,6 +33,7 @@ REQUIRED = {
     ("cdi.kubevirt.io", "cdiconfigs"): {"get"},
     ("kubevirt.io", "virtualmachines"): {"get", "list", "watch", "create", "patch", "delete"},
     ("kubevirt.io", "virtualmachineinstances"): {"get", "list", "watch"},
+    ("subresources.kubevirt.io", "virtualmachineinstances/userlist"): {"get"},
     ("kubevirt.io", "kubevirts"): {"list"},
     ("", "secrets"): {"get", "list", "watch", "create", "patch", "delete"},
     ("", "persistentvolumeclaims"): {"get", "list", "watch", "create", "patch", "delete"},

@@ -19,7 +19,7 @@ mirror="${GUEST_DEBIAN_MIRROR:-$("$(dirname "$0")/../debian-archive.sh")}"
 packages=(
   linux-image-cloud-amd64 initramfs-tools systemd-sysv udev dbus
   cloud-init openssh-server unattended-upgrades qemu-guest-agent
-  sudo auditd systemd-resolved iproute2 procps
+  sudo auditd systemd-resolved iproute2 procps prometheus-node-exporter
 )
 key="$( { cat "$0"; echo "$suite $mirror ${packages[*]}"; } | sha256sum | cut -c1-16)"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/uds-vm-operator/guest-$key"

@@ -693,6 +693,35 @@ class Firmware(ApiModel):
     tpm: bool = False
 
 
+class Monitoring(ApiModel):
+    """Evidence from inside the guest: its node exporter, and drift of the hardening checked on a schedule.
+
+    Opt-in because it installs a package (Prometheus' node exporter) and opens one port in the VM's policy:
+    to the monitoring namespace's Prometheus and to the operator, nothing else. Linux guests only.
+    """
+
+    enabled: bool = Field(
+        default=False,
+        description=(
+            "Install and enable the guest's Prometheus node exporter (port 9100) and a guest-side report of "
+            "the hardened settings; the operator checks them every checkIntervalSeconds and reports the "
+            "GuestCompliant condition. It never changes the guest."
+        ),
+    )
+    check_interval_seconds: Annotated[int, Field(ge=15, le=86400)] = Field(
+        default=300, description="How often the operator checks the running guest for drift."
+    )
+    allowed_users: Annotated[
+        list[Annotated[str, Field(pattern=LINUX_USER_PATTERN, max_length=32)]], Field(max_length=32)
+    ] = Field(
+        default_factory=list,
+        description=(
+            "Users who may be logged in besides those the VM declares (cloudInit.users and the image's "
+            "default user); anyone else logged in is drift. root is never allowed."
+        ),
+    )
+
+
 class UDSVirtualMachineSpec(ApiModel):
     """What a user declares; the operator owns every child object below it."""
 
@@ -732,6 +761,7 @@ class UDSVirtualMachineSpec(ApiModel):
     live_migration: bool = False
     allow_live_migrate_if_possible: bool = False
     firmware: Firmware | None = None
+    monitoring: Monitoring = Field(default_factory=Monitoring)
     readiness: Literal["guestAgent", "domain"] | None = Field(
         default=None,
         description=(
@@ -750,6 +780,8 @@ class UDSVirtualMachineSpec(ApiModel):
             raise ValueError("cloudInit is only for os: linux (use windows for Windows guests)")
         if self.windows is not None and self.os != "windows":
             raise ValueError("windows needs os: windows")
+        if self.monitoring.enabled and self.os != "linux":
+            raise ValueError("monitoring.enabled is for os: linux guests (their cloud-init installs it)")
         names = [disk.name for disk in self.data_disks]
         if len(names) != len(set(names)):
             raise ValueError("dataDisks[].name values must be unique")
@@ -809,6 +841,27 @@ class GoldenImageStatus(ApiModel):
     message: Annotated[str, Field(max_length=1024)] | None = None
 
 
+class GuestDrift(ApiModel):
+    """One hardened setting the running guest no longer has, and the control it belongs to."""
+
+    setting: Annotated[str, Field(max_length=64)]
+    control: Annotated[str, Field(pattern=r"^[a-z]{2}-[0-9]{1,2}$", max_length=8)]
+    observed: Annotated[str, Field(max_length=256)]
+    expected: Annotated[str, Field(max_length=256)]
+
+
+class GuestStatus(ApiModel):
+    """What the last guest check found (spec.monitoring): compliant, drifted, or unknown and why."""
+
+    compliant: Literal["True", "False", "Unknown"]
+    reason: Annotated[str, Field(max_length=64)]
+    checked_at: Annotated[str, Field(max_length=64)] | None = None
+    drift: Annotated[list[GuestDrift], Field(max_length=32)] = Field(default_factory=list)
+    logged_in_users: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=64)] = Field(
+        default_factory=list
+    )
+
+
 class UDSVirtualMachineStatus(ApiModel):
     """What the operator observed; written through the status subresource only."""
 
@@ -826,6 +879,7 @@ class UDSVirtualMachineStatus(ApiModel):
     message: Annotated[str, Field(max_length=4096)] | None = None
     backup_exemptions: Annotated[list[BackupExemption], Field(max_length=16)] = Field(default_factory=list)
     golden_image: GoldenImageStatus | None = None
+    guest: GuestStatus | None = None
 
 
 # ---------------------------------------------------------------------------------------------- parsing

@@ -15,6 +15,7 @@ import base64
 import dataclasses
 import functools
 import logging
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,6 +34,8 @@ from uds_vm_operator.controller.golden_image import (
     execute_golden_image,
     observe_golden_image,
 )
+from uds_vm_operator.controller.guest_checks import CONDITION_TYPE as GUEST_CONDITION
+from uds_vm_operator.controller.guest_checks import GuestChecker, GuestVerdict, guest_event
 from uds_vm_operator.controller.platform import PackageOutcome, Platform
 from uds_vm_operator.controller.platform_assess import PlatformAssessment
 from uds_vm_operator.controller.pod_selection import policy_selects_vm
@@ -136,6 +139,8 @@ class VmReconcile:
     first_children: bool = True
     """None of the rendered children existed before this reconcile."""
     package: PackageOutcome = field(default_factory=PackageOutcome)
+    guest: GuestVerdict | None = None
+    """spec.monitoring's last guest check (controller.guest_checks); None when the VM is not monitored."""
 
     @classmethod
     def of(cls, body: Mapping[str, Any], namespace: str, name: str) -> VmReconcile:
@@ -209,6 +214,10 @@ class Reconciler(Controller):
         self.resolver = SourceResolver()
         """Admin allowlist of private import hosts (chart value ssrf.allowedSourceHosts; controller.ssrf)."""
         """Deletes children a spec change made obsolete (controller.pruning), in the apply step."""
+        self.guest_checker = GuestChecker(api)
+        """spec.monitoring: reads monitored guests on schedule, judges drift (controller.guest_checks)."""
+        self.operator_namespace = os.environ.get("POD_NAMESPACE") or ClusterFacts.operator_namespace
+        """Where the operator's pods run: a monitored guest's policy admits them to its report."""
 
     def register(self, registry: Any) -> None:
         """Add this controller's watch handlers to a kopf registry (``kopf.on.event`` only; see handlers)."""
@@ -243,6 +252,7 @@ class Reconciler(Controller):
         body = self.store.get(kube.UDS_VM, namespace, name)
         if body is None:
             self.metrics.forget_vm(name=name, namespace=namespace)
+            self.guest_checker.forget(namespace, name)
         if body is None or (body.get("metadata") or {}).get("deletionTimestamp"):
             writes = await self.platform.forget(namespace, name)
             outcome = Outcome(deleted=True, writes=writes)
@@ -259,7 +269,10 @@ class Reconciler(Controller):
             await self._publish(ctx, self._refused_observation(ctx, refused.refusal), status="invalid")
             return ctx.outcome
         golden = ctx.golden
-        extra = {"goldenImage": golden.status if golden is not None else None}
+        extra = {
+            "goldenImage": golden.status if golden is not None else None,
+            "guest": ctx.guest.status() if ctx.guest is not None else None,
+        }
         await self._publish(ctx, self._observation(ctx), status="success", extra_status=extra)
         return ctx.outcome
 
@@ -281,6 +294,8 @@ class Reconciler(Controller):
         spec, owner = ctx.spec, ctx.owner
         refusal = _storage_refusal(spec)
         ctx.facts = await self.platform.render_facts(await self.facts.get())
+        if ctx.facts.operator_namespace != self.operator_namespace:
+            ctx.facts = dataclasses.replace(ctx.facts, operator_namespace=self.operator_namespace)
         if refusal is not None:
             raise SpecRefusedError(refusal)
         # Confused-deputy locks (issue 32): nothing is created for a source the VM's author could not reach.
@@ -359,6 +374,16 @@ class Reconciler(Controller):
         outcome.writes += await execute_golden_image(
             self.api, owner, ctx.golden, functools.partial(self.emit, ctx.body)
         )
+        await self._check_guest(ctx)
+
+    async def _check_guest(self, ctx: VmReconcile) -> None:
+        """spec.monitoring: the guest's drift verdict (a fresh read only when due), and the next check."""
+        owner, spec = ctx.owner, ctx.require_spec()
+        vmi = await self._observed(kube.VIRTUAL_MACHINE_INSTANCE, owner.namespace, owner.name)
+        ctx.guest = await self.guest_checker.check(owner.namespace, owner.name, spec, vmi)
+        due = self.guest_checker.due_in(owner.namespace, owner.name, spec)
+        if due is not None:
+            ctx.outcome.requeue_after(due)
 
     async def _apply_child(self, ctx: VmReconcile, child: Mapping[str, Any]) -> None:
         """Server-side apply one child when it differs from the live one (a DataVolume is settled first)."""
@@ -421,7 +446,9 @@ class Reconciler(Controller):
         )
         obs = dataclasses.replace(
             obs,
-            extra_conditions=ctx.platform.conditions + ctx.package.conditions,
+            extra_conditions=ctx.platform.conditions
+            + ctx.package.conditions
+            + (((GUEST_CONDITION, ctx.guest.condition),) if ctx.guest is not None else ()),
             ready_blocker=ctx.platform.ready_blocker,
             network_selects_no_pod=selects_no_pod and not ctx.package.in_place,
         )
@@ -573,9 +600,9 @@ class Reconciler(Controller):
         if updated is not None:
             self.store.put(kube.UDS_VM, updated)
             outcome.writes += 1
-            event = transition_event(previous, desired)
-            if event is not None and await self.emit(owner_body, *event):
-                outcome.writes += 1
+            for event in (transition_event(previous, desired), guest_event(previous, desired)):
+                if event is not None and await self.emit(owner_body, *event):
+                    outcome.writes += 1
         self.metrics.reconcile_total.labels(status=status).inc()
         self.metrics.record_vm(
             name=meta["name"],
@@ -638,13 +665,17 @@ def _hardening(
 
 
 def _controls(status: Mapping[str, Any]) -> dict[str, bool]:
+    """Each control's live evidence; a control whose setting drifted inside the guest loses it."""
     conditions = {c["type"]: c.get("status") == "True" for c in status.get("conditions") or []}
     hardened = conditions.get("Hardened", False)
+    drifted = {
+        str(item.get("control", "")).upper() for item in (status.get("guest") or {}).get("drift") or []
+    }
     return {
         "SI-7": bool(status.get("checksumVerified")),
         "SC-7": conditions.get("NetworkIsolated", False),
-        "AC-3": hardened,
-        "IA-5": hardened,
+        "AC-3": hardened and "AC-3" not in drifted,
+        "IA-5": hardened and "IA-5" not in drifted,
     }
 
 

@@ -29,6 +29,7 @@ from uds_vm_operator.api.models import AutoUpdate, CloudInit, UDSVirtualMachineS
 from uds_vm_operator.child_names import cloudinit_secret_name
 from uds_vm_operator.render.common import ROLE_LABEL, Owner, child_metadata
 from uds_vm_operator.render.guestconfig import apt_conf_string, checked_value, ini_file
+from uds_vm_operator.render.guestmonitor import monitoring_parts
 from uds_vm_operator.render.secrets import encode_secret_data
 
 USERDATA_KEY = "userdata"
@@ -388,8 +389,11 @@ def _fips_mode(cloud_init: CloudInit) -> tuple[dict[str, Any], list[str]]:
     return {"power_state": power_state}, [command]
 
 
-def hardening_document(owner: Owner, cloud_init: CloudInit) -> dict[str, Any]:
-    """The operator's cloud-config baseline for the flavour (before any user data is merged under it)."""
+def hardening_document(owner: Owner, cloud_init: CloudInit, *, monitoring: bool = False) -> dict[str, Any]:
+    """The operator's cloud-config baseline for the flavour (before any user data is merged under it).
+
+    ``monitoring`` (spec.monitoring.enabled) adds the node exporter and the guest's report of these settings.
+    """
     apt = cloud_init.flavor in APT_FLAVORS
     packages = ["auditd" if apt else "audit"]
     files = _baseline_files(cloud_init.fips)
@@ -406,6 +410,11 @@ def hardening_document(owner: Owner, cloud_init: CloudInit) -> dict[str, Any]:
         packages += update_packages
         files += update_files
         commands += update_commands
+    if monitoring:
+        monitor_packages, monitor_files, monitor_commands = monitoring_parts(cloud_init)
+        packages += monitor_packages
+        files += monitor_files
+        commands += monitor_commands
     document["packages"] = [*cloud_init.packages, *packages]
     document["write_files"] = files
     document["runcmd"] = commands
@@ -453,7 +462,9 @@ def render_user_data(owner: Owner, spec: UDSVirtualMachineSpec) -> str:
     """The complete ``#cloud-config`` document: user data merged under the hardening baseline."""
     cloud_init = spec.cloud_init or CloudInit()
     user = _parse_user_data(cloud_init.user_data) if cloud_init.user_data else {}
-    merged = _strip_passwords(deep_merge_under(user, hardening_document(owner, cloud_init)))
+    merged = _strip_passwords(
+        deep_merge_under(user, hardening_document(owner, cloud_init, monitoring=spec.monitoring.enabled))
+    )
     text = "#cloud-config\n" + dump_yaml(merged)
     size = len(text.encode())
     if size > MAX_USERDATA_BYTES:

@@ -26,11 +26,13 @@ class ClusterFacts:
     ``cdi_http_checksum``: the installed DataVolume CRD has ``spec.source.http.checksum`` (CDI >= v1.65).
     Unknown fields are pruned silently, so rendering the field on an older CDI would claim a check that
     never happens. ``persistent_vm_state``: KubeVirt has a VM-state storage class, so EFI variables and the
-    TPM can persist across reboots.
+    TPM can persist across reboots. ``operator_namespace``: where the operator's own pods run (its
+    ``POD_NAMESPACE``), the one peer besides Prometheus a monitored guest's exporter admits.
     """
 
     cdi_http_checksum: bool = False
     persistent_vm_state: bool = False
+    operator_namespace: str = "uds-vm-operator"
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from uds_vm_operator.apiversions import NETWORKING_API_VERSION
 from uds_vm_operator.child_names import netpol_name
 from uds_vm_operator.render.common import VM_LABEL, Owner, child_metadata
 from uds_vm_operator.render.exposure import LAUNCHER_LABELS
+from uds_vm_operator.render.guestmonitor import EXPORTER_PORT
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 DNS_PEER: dict[str, Any] = {
@@ -32,6 +33,11 @@ DNS_PEER: dict[str, Any] = {
 DNS_PORTS: list[dict[str, Any]] = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
 PRIVATE_IPV4 = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16")
 PRIVATE_IPV6 = ("fc00::/7", "fe80::/10")
+OPERATOR_POD_LABELS = {"app.kubernetes.io/name": "uds-vm-operator", "app.kubernetes.io/component": "operator"}
+"""The operator's pods (chart/templates/deployment.yaml): they read a monitored guest's report."""
+PROMETHEUS_NAMESPACE = "monitoring"
+PROMETHEUS_POD_LABELS = {"app.kubernetes.io/name": "prometheus"}
+"""UDS Core's Prometheus (kube-prometheus-stack) in ``monitoring``: the only scraper admitted."""
 
 
 def selector_dict(selector: LabelSelector) -> dict[str, Any]:
@@ -80,6 +86,21 @@ def ingress_rules(spec: UDSVirtualMachineSpec) -> list[dict[str, Any]]:
     return rules
 
 
+def monitoring_ingress_rule(operator_namespace: str) -> dict[str, Any]:
+    """spec.monitoring: the exporter's port, from the monitoring namespace's Prometheus and the operator."""
+    peers = [
+        {
+            "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: PROMETHEUS_NAMESPACE}},
+            "podSelector": {"matchLabels": dict(PROMETHEUS_POD_LABELS)},
+        },
+        {
+            "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: operator_namespace}},
+            "podSelector": {"matchLabels": dict(OPERATOR_POD_LABELS)},
+        },
+    ]
+    return _rule("from", peers, [{"protocol": "TCP", "port": EXPORTER_PORT}])
+
+
 def egress_rules(spec: UDSVirtualMachineSpec) -> list[dict[str, Any]]:
     """Allowed egress for the egress class, then explicit Egress rules."""
     network = spec.network
@@ -108,7 +129,9 @@ def egress_rules(spec: UDSVirtualMachineSpec) -> list[dict[str, Any]]:
     return rules
 
 
-def render_network_policy(owner: Owner, spec: UDSVirtualMachineSpec) -> dict[str, Any]:
+def render_network_policy(
+    owner: Owner, spec: UDSVirtualMachineSpec, *, operator_namespace: str = "uds-vm-operator"
+) -> dict[str, Any]:
     """The NetworkPolicy ``<name>-netpol`` selecting the VM's pod by ``uds.dev/vm`` and ``kubevirt.io``.
 
     ``kubevirt.io: virt-launcher`` as well, because CDI copies a DataVolume's labels (``uds.dev/vm`` among
@@ -125,6 +148,8 @@ def render_network_policy(owner: Owner, spec: UDSVirtualMachineSpec) -> dict[str
         "policyTypes": ["Ingress", "Egress"],
     }
     policy_spec["ingress"] = ingress_rules(spec)
+    if spec.monitoring.enabled:
+        policy_spec["ingress"].append(monitoring_ingress_rule(operator_namespace))
     policy_spec["egress"] = egress_rules(spec)
     return {
         "apiVersion": NETWORKING_API_VERSION,

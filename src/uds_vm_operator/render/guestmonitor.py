@@ -1,0 +1,160 @@
+"""What ``spec.monitoring`` adds to a Linux guest: its node exporter and a report of the hardened settings.
+
+The guest runs Prometheus' node exporter (port 9100) from the distribution's package, and a small root service
+on a systemd timer that writes the settings the operator promised into the exporter's textfile directory as
+``uds_guest_*`` gauges: sshd's *effective* configuration (``sshd -T``, so a drop-in or a hand edit anywhere
+counts), root's password lock, the update timer and FIPS mode. The operator reads those gauges and the guest
+agent's user list and judges drift itself (controller.guest_checks); the guest only reports facts, never
+verdicts, and nothing here is ever changed by the operator after boot.
+
+The script is fixed text: no value from the spec reaches it, so no user input can become guest shell.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from uds_vm_operator.api.models import CloudInit
+
+EXPORTER_PORT = 9100
+"""The node exporter's port (its default; the VM's NetworkPolicy opens exactly this one for monitoring)."""
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
+"""Debian's and Ubuntu's packaged ``--collector.textfile.directory``; RHEL's service is pointed at it."""
+REPORT_SCRIPT_PATH = "/usr/local/sbin/uds-guest-report"
+REPORT_UNIT = "uds-guest-report"
+REPORT_INTERVAL_S = 20
+"""How often the guest refreshes its report: well inside the shortest check interval (15 s ... 86,400 s)."""
+REPORT_METRIC_PREFIX = "uds_guest_"
+
+_EXPORTER = {
+    "apt": ("prometheus-node-exporter", "prometheus-node-exporter.service"),
+    "rhel": ("golang-github-prometheus-node-exporter", "node_exporter.service"),
+}
+_UPDATE_TIMER = {"apt": "apt-daily-upgrade.timer", "rhel": "dnf-automatic.timer"}
+
+_REPORT_SCRIPT = """#!/bin/sh
+# Managed by uds-vm-operator: the guest's hardened settings as node-exporter gauges (never changes them).
+set -u
+dir=@TEXTFILE_DIR@
+mkdir -p "$dir"
+cfg=$(/usr/sbin/sshd -T 2>/dev/null) || cfg=""
+setting() { printf '%s\\n' "$cfg" | awk -v key="$1" '$1 == key { print $2; exit }'; }
+is() { if [ "$1" = "$2" ]; then echo 1; else echo 0; fi; }
+readable=0; [ -n "$cfg" ] && readable=1
+password=$(is "$(setting passwordauthentication)" yes)
+kbd=$(is "$(setting kbdinteractiveauthentication)" yes)
+root=$(is "$(setting permitrootlogin)" no); root=$((1 - root))
+timer=0; systemctl is-active --quiet @UPDATE_TIMER@ && timer=1
+fips=$(cat /proc/sys/crypto/fips_enabled 2>/dev/null || echo 0)
+locked=0; passwd -S root 2>/dev/null | awk '{ exit !($2 == "L") }' && locked=1
+tmp=$(mktemp "$dir/.uds_guest.XXXXXX") || exit 1
+cat > "$tmp" <<EOF
+# HELP uds_guest_sshd_config_readable 1 when sshd -T printed the effective sshd configuration.
+# TYPE uds_guest_sshd_config_readable gauge
+uds_guest_sshd_config_readable $readable
+# HELP uds_guest_sshd_password_authentication 1 when sshd accepts passwords (PasswordAuthentication yes).
+# TYPE uds_guest_sshd_password_authentication gauge
+uds_guest_sshd_password_authentication $password
+# HELP uds_guest_sshd_kbd_interactive_authentication 1 when sshd accepts keyboard-interactive logins.
+# TYPE uds_guest_sshd_kbd_interactive_authentication gauge
+uds_guest_sshd_kbd_interactive_authentication $kbd
+# HELP uds_guest_sshd_permit_root_login 1 when PermitRootLogin is anything but no.
+# TYPE uds_guest_sshd_permit_root_login gauge
+uds_guest_sshd_permit_root_login $root
+# HELP uds_guest_root_password_locked 1 when root's password is locked.
+# TYPE uds_guest_root_password_locked gauge
+uds_guest_root_password_locked $locked
+# HELP uds_guest_update_timer_active 1 when @UPDATE_TIMER@ is active.
+# TYPE uds_guest_update_timer_active gauge
+uds_guest_update_timer_active $timer
+# HELP uds_guest_fips_enabled The kernel's crypto.fips_enabled.
+# TYPE uds_guest_fips_enabled gauge
+uds_guest_fips_enabled $fips
+# HELP uds_guest_report_timestamp_seconds When the guest wrote this report (guest clock).
+# TYPE uds_guest_report_timestamp_seconds gauge
+uds_guest_report_timestamp_seconds $(date +%s)
+EOF
+chmod 0644 "$tmp" && mv -f "$tmp" "$dir/uds_guest.prom"
+"""
+
+_SERVICE = f"""[Unit]
+Description=uds-vm-operator guest report (hardened settings as node-exporter gauges)
+After=ssh.service sshd.service
+
+[Service]
+Type=oneshot
+ExecStart={REPORT_SCRIPT_PATH}
+"""
+
+_TIMER = f"""[Unit]
+Description=Refresh the uds-vm-operator guest report
+
+[Timer]
+OnActiveSec=0
+OnUnitActiveSec={REPORT_INTERVAL_S}s
+AccuracySec=2s
+
+[Install]
+WantedBy=timers.target
+"""
+
+_RHEL_EXPORTER_DROPIN = f"""[Service]
+ExecStart=
+ExecStart=/usr/bin/node_exporter --collector.textfile.directory={TEXTFILE_DIR}
+"""
+
+
+def _family(cloud_init: CloudInit) -> str:
+    return "rhel" if cloud_init.flavor == "rhel" else "apt"
+
+
+def update_timer(cloud_init: CloudInit) -> str:
+    """The systemd timer that installs the guest's security updates (SI-2) for its flavour."""
+    return _UPDATE_TIMER[_family(cloud_init)]
+
+
+def report_script(cloud_init: CloudInit) -> str:
+    """The guest's report script for this flavour (fixed text; only the update timer's name differs)."""
+    return _REPORT_SCRIPT.replace("@TEXTFILE_DIR@", TEXTFILE_DIR).replace(
+        "@UPDATE_TIMER@", update_timer(cloud_init)
+    )
+
+
+def monitoring_parts(cloud_init: CloudInit) -> tuple[list[str], list[dict[str, Any]], list[str]]:
+    """(packages, write_files, runcmd) that install the exporter and start the guest report on a timer."""
+    family = _family(cloud_init)
+    package, exporter_unit = _EXPORTER[family]
+    files: list[dict[str, Any]] = [
+        {
+            "path": REPORT_SCRIPT_PATH,
+            "owner": "root:root",
+            "permissions": "0755",
+            "content": report_script(cloud_init),
+        },
+        {
+            "path": f"/etc/systemd/system/{REPORT_UNIT}.service",
+            "owner": "root:root",
+            "permissions": "0644",
+            "content": _SERVICE,
+        },
+        {
+            "path": f"/etc/systemd/system/{REPORT_UNIT}.timer",
+            "owner": "root:root",
+            "permissions": "0644",
+            "content": _TIMER,
+        },
+    ]
+    if family == "rhel":
+        files.append(
+            {
+                "path": f"/etc/systemd/system/{exporter_unit}.d/10-uds-textfile.conf",
+                "owner": "root:root",
+                "permissions": "0644",
+                "content": _RHEL_EXPORTER_DROPIN,
+            }
+        )
+    commands = [
+        "systemctl daemon-reload",
+        f"systemctl enable --now {exporter_unit} {REPORT_UNIT}.timer",
+    ]
+    return [package], files, commands
