@@ -85,9 +85,13 @@ class OperatorMetrics:
         phase: str,
         controls: Mapping[str, bool],
         overhead_ratio: float | None,
+        guest: str | None = None,
     ) -> None:
-        """Publish one VM's current state (its earlier phase and ratio series go with the old state)."""
-        self.vms.record(namespace, name, phase, controls, overhead_ratio)
+        """Publish one VM's current state (its earlier phase and ratio series go with the old state).
+
+        ``guest``: the GuestCompliant status of a monitored VM (True, False, Unknown), None when unmonitored.
+        """
+        self.vms.record(namespace, name, phase, controls=controls, overhead_ratio=overhead_ratio, guest=guest)
 
     def forget_vm(self, *, name: str, namespace: str) -> None:
         """Remove every series of a deleted VM."""
@@ -102,6 +106,12 @@ _VERIFIED = (
 _OVERHEAD = (
     "uds_vm_storage_overhead_ratio",
     "Extra PVC capacity over the virtual disk size, (pvc - virtual) / virtual.",
+)
+
+
+_GUEST = (
+    "uds_vm_guest_compliant",
+    "1 for the running guest's last drift check result (True, False, Unknown); only monitored VMs have it.",
 )
 
 
@@ -138,10 +148,16 @@ def _overhead_samples(namespace: str, name: str, state: _VmState) -> Samples:
     return [] if ratio is None else [(f'namespace="{namespace}",vm="{name}"', ratio)]
 
 
+def _guest_samples(namespace: str, name: str, state: _VmState) -> Samples:
+    guest = state.guest
+    return [] if guest is None else [(f'namespace="{namespace}",status="{_esc(guest)}",vm="{name}"', 1.0)]
+
+
 class _VmState(NamedTuple):
     phase: str
     controls: tuple[tuple[str, bool], ...]
     overhead_ratio: float | None
+    guest: str | None = None
 
 
 class VmSeries(Collector):
@@ -161,13 +177,15 @@ class VmSeries(Collector):
         namespace: str,
         name: str,
         phase: str,
+        *,
         controls: Mapping[str, bool],
         overhead_ratio: float | None,
+        guest: str | None = None,
     ) -> None:
         """Replace the VM's state; identical control sets share one tuple."""
         pairs = tuple((control, bool(verified)) for control, verified in controls.items())
         shared = self._controls.setdefault(pairs, pairs)
-        self._states[(namespace, name)] = _VmState(phase, shared, overhead_ratio)
+        self._states[(namespace, name)] = _VmState(phase, shared, overhead_ratio, guest)
 
     def forget(self, namespace: str, name: str) -> None:
         """Drop the VM (unknown VMs are fine: absence is the desired end state)."""
@@ -179,15 +197,19 @@ class VmSeries(Collector):
         phase = GaugeMetricFamily(*_PHASE, labels=["vm", "namespace", "phase"])
         verified = GaugeMetricFamily(*_VERIFIED, labels=["vm", "namespace", "control"])
         overhead = GaugeMetricFamily(*_OVERHEAD, labels=["vm", "namespace"])
+        guest = GaugeMetricFamily(*_GUEST, labels=["vm", "namespace", "status"])
         for (namespace, name), state in states.items():
             phase.add_metric([name, namespace, state.phase], 1)
             for control, ok in state.controls:
                 verified.add_metric([name, namespace, control], 1 if ok else 0)
             if state.overhead_ratio is not None:
                 overhead.add_metric([name, namespace], state.overhead_ratio)
+            if state.guest is not None:
+                guest.add_metric([name, namespace, state.guest], 1)
         yield phase
         yield verified
         yield overhead
+        yield guest
 
     def text_chunks(self, lines_per_chunk: int = 512) -> Iterator[bytes]:
         """The same families as :meth:`collect`, rendered to the text format a few hundred lines at a time."""
@@ -196,6 +218,7 @@ class VmSeries(Collector):
             (_PHASE, _phase_samples),
             (_VERIFIED, _verified_samples),
             (_OVERHEAD, _overhead_samples),
+            (_GUEST, _guest_samples),
         ):
             lines = [f"# HELP {metric} {_esc_help(help_text)}\n# TYPE {metric} gauge\n"]
             for (namespace, name), state in states:

@@ -80,6 +80,7 @@ from uds_vm_operator.sizing import DEFAULT_OVERHEAD_PERCENT, pvc_mib, virtual_mi
 
 log = logging.getLogger("uds_vm_operator.reconcile")
 
+PROMETHEUS_NAMESPACE_ENV = "UDS_VM_PROMETHEUS_NAMESPACE"
 STATUS_MESSAGE_LIMIT = 4000
 STATUS_QUANTITY_LIMIT = 32
 DV_TERMINAL_WITH_DATA = frozenset({"Succeeded"})
@@ -216,8 +217,12 @@ class Reconciler(Controller):
         """Deletes children a spec change made obsolete (controller.pruning), in the apply step."""
         self.guest_checker = GuestChecker(api)
         """spec.monitoring: reads monitored guests on schedule, judges drift (controller.guest_checks)."""
-        self.operator_namespace = os.environ.get("POD_NAMESPACE") or ClusterFacts.operator_namespace
-        """Where the operator's pods run: a monitored guest's policy admits them to its report."""
+        self.namespaces = {
+            "operator_namespace": os.environ.get("POD_NAMESPACE") or ClusterFacts.operator_namespace,
+            "prometheus_namespace": os.environ.get(PROMETHEUS_NAMESPACE_ENV)
+            or ClusterFacts.prometheus_namespace,
+        }
+        """Where the operator's pods and Prometheus run: a monitored guest's policy admits them."""
 
     def register(self, registry: Any) -> None:
         """Add this controller's watch handlers to a kopf registry (``kopf.on.event`` only; see handlers)."""
@@ -294,8 +299,12 @@ class Reconciler(Controller):
         spec, owner = ctx.spec, ctx.owner
         refusal = _storage_refusal(spec)
         ctx.facts = await self.platform.render_facts(await self.facts.get())
-        if ctx.facts.operator_namespace != self.operator_namespace:
-            ctx.facts = dataclasses.replace(ctx.facts, operator_namespace=self.operator_namespace)
+        if any(getattr(ctx.facts, key) != value for key, value in self.namespaces.items()):
+            ctx.facts = dataclasses.replace(
+                ctx.facts,
+                operator_namespace=self.namespaces["operator_namespace"],
+                prometheus_namespace=self.namespaces["prometheus_namespace"],
+            )
         if refusal is not None:
             raise SpecRefusedError(refusal)
         # Confused-deputy locks (issue 32): nothing is created for a source the VM's author could not reach.
@@ -610,6 +619,7 @@ class Reconciler(Controller):
             phase=desired["phase"],
             controls=_controls(desired),
             overhead_ratio=_overhead_ratio(owner_body),
+            guest=(desired.get("guest") or {}).get("compliant"),
         )
 
 

@@ -83,7 +83,14 @@ def render_children(
         children.append(render_cloudinit_secret(owner, spec))
 
     if spec.network.mode == "networkpolicy":
-        children.append(render_network_policy(owner, spec, operator_namespace=facts.operator_namespace))
+        children.append(
+            render_network_policy(
+                owner,
+                spec,
+                operator_namespace=facts.operator_namespace,
+                prometheus_namespace=facts.prometheus_namespace,
+            )
+        )
     children += render_data_disks(owner, spec)
     children.append(render_root_datavolume(owner, spec, facts))
     if mode == "iso":

@@ -27,12 +27,14 @@ class ClusterFacts:
     Unknown fields are pruned silently, so rendering the field on an older CDI would claim a check that
     never happens. ``persistent_vm_state``: KubeVirt has a VM-state storage class, so EFI variables and the
     TPM can persist across reboots. ``operator_namespace``: where the operator's own pods run (its
-    ``POD_NAMESPACE``), the one peer besides Prometheus a monitored guest's exporter admits.
+    ``POD_NAMESPACE``), the one peer besides Prometheus a monitored guest's exporter admits;
+    ``prometheus_namespace``: where that Prometheus runs (chart value networkPolicy.monitoringNamespace).
     """
 
     cdi_http_checksum: bool = False
     persistent_vm_state: bool = False
     operator_namespace: str = "uds-vm-operator"
+    prometheus_namespace: str = "monitoring"
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,10 @@ counts), root's password lock, the update timer and FIPS mode. The operator read
 agent's user list and judges drift itself (controller.guest_checks); the guest only reports facts, never
 verdicts, and nothing here is ever changed by the operator after boot.
 
-The script is fixed text: no value from the spec reaches it, so no user input can become guest shell.
+The script is fixed text: no value from the spec reaches it, so no user input can become guest shell. It
+holds no backslash, so the YAML dumper writes it in a style rego-cpp's ``yaml.unmarshal`` reads back (the
+compliance checks parse this Secret; a double-quoted script with escapes made it unreadable to them on a
+booted guest).
 """
 
 from __future__ import annotations
@@ -37,10 +40,12 @@ _REPORT_SCRIPT = """#!/bin/sh
 set -u
 dir=@TEXTFILE_DIR@
 mkdir -p "$dir"
-cfg=$(/usr/sbin/sshd -T 2>/dev/null) || cfg=""
-setting() { printf '%s\\n' "$cfg" | awk -v key="$1" '$1 == key { print $2; exit }'; }
+cfg=$(mktemp) || exit 1
+trap 'rm -f "$cfg"' EXIT
+/usr/sbin/sshd -T > "$cfg" 2>/dev/null || : > "$cfg"
+setting() { awk -v key="$1" '$1 == key { print $2; exit }' "$cfg"; }
 is() { if [ "$1" = "$2" ]; then echo 1; else echo 0; fi; }
-readable=0; [ -n "$cfg" ] && readable=1
+readable=0; [ -s "$cfg" ] && readable=1
 password=$(is "$(setting passwordauthentication)" yes)
 kbd=$(is "$(setting kbdinteractiveauthentication)" yes)
 root=$(is "$(setting permitrootlogin)" no); root=$((1 - root))

@@ -35,9 +35,8 @@ PRIVATE_IPV4 = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16
 PRIVATE_IPV6 = ("fc00::/7", "fe80::/10")
 OPERATOR_POD_LABELS = {"app.kubernetes.io/name": "uds-vm-operator", "app.kubernetes.io/component": "operator"}
 """The operator's pods (chart/templates/deployment.yaml): they read a monitored guest's report."""
-PROMETHEUS_NAMESPACE = "monitoring"
 PROMETHEUS_POD_LABELS = {"app.kubernetes.io/name": "prometheus"}
-"""UDS Core's Prometheus (kube-prometheus-stack) in ``monitoring``: the only scraper admitted."""
+"""UDS Core's Prometheus pods (kube-prometheus-stack, in ``monitoring`` by default): the only scraper."""
 
 
 def selector_dict(selector: LabelSelector) -> dict[str, Any]:
@@ -86,11 +85,11 @@ def ingress_rules(spec: UDSVirtualMachineSpec) -> list[dict[str, Any]]:
     return rules
 
 
-def monitoring_ingress_rule(operator_namespace: str) -> dict[str, Any]:
+def monitoring_ingress_rule(operator_namespace: str, prometheus_namespace: str) -> dict[str, Any]:
     """spec.monitoring: the exporter's port, from the monitoring namespace's Prometheus and the operator."""
     peers = [
         {
-            "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: PROMETHEUS_NAMESPACE}},
+            "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: prometheus_namespace}},
             "podSelector": {"matchLabels": dict(PROMETHEUS_POD_LABELS)},
         },
         {
@@ -130,7 +129,11 @@ def egress_rules(spec: UDSVirtualMachineSpec) -> list[dict[str, Any]]:
 
 
 def render_network_policy(
-    owner: Owner, spec: UDSVirtualMachineSpec, *, operator_namespace: str = "uds-vm-operator"
+    owner: Owner,
+    spec: UDSVirtualMachineSpec,
+    *,
+    operator_namespace: str = "uds-vm-operator",
+    prometheus_namespace: str = "monitoring",
 ) -> dict[str, Any]:
     """The NetworkPolicy ``<name>-netpol`` selecting the VM's pod by ``uds.dev/vm`` and ``kubevirt.io``.
 
@@ -149,7 +152,7 @@ def render_network_policy(
     }
     policy_spec["ingress"] = ingress_rules(spec)
     if spec.monitoring.enabled:
-        policy_spec["ingress"].append(monitoring_ingress_rule(operator_namespace))
+        policy_spec["ingress"].append(monitoring_ingress_rule(operator_namespace, prometheus_namespace))
     policy_spec["egress"] = egress_rules(spec)
     return {
         "apiVersion": NETWORKING_API_VERSION,
