@@ -85,7 +85,7 @@ TEST_JOBS ?= 3
 .PHONY: test-packages test-builds test-checks
 test-packages: system-deps node-deps guest-deps image-deps ## the Debian packages every test tier needs (one after another)
 
-test-builds: envtest-bins node-bins kubevirt-images helm-bin zarf-schema zarf-bin guest-image cdi-images provenance-bins go-anchor scan-bins ## every build the test tiers need (run in parallel by `make test`)
+test-builds: envtest-bins node-bins kubevirt-images helm-bin zarf-schema zarf-bin guest-image cdi-images prometheus-image provenance-bins go-anchor scan-bins ## every build the test tiers need (run in parallel by `make test`)
 
 test-checks: lint crds-check deploy-check compliance-check lock-check test-floors chart-scan ## static checks and generated-file drift
 
@@ -114,7 +114,7 @@ test-images: install system-deps ## image tier only (needs qemu-img)
 test-integration: install envtest-bins helm-bin scan-bins go-anchor ## integration tier only (real control plane; the Go anchor smoke test)
 	$(PY) -m pytest -q tests/integration
 
-test-node: install node-deps node-bins kubevirt-images guest-image helm-bin zarf-bin ## real-node tier only (kubelet, containerd, CNI, policies, the operator's image)
+test-node: install node-deps node-bins kubevirt-images guest-image prometheus-image helm-bin zarf-bin ## real-node tier only (kubelet, containerd, CNI, policies, the operator's image)
 	$(PY) -m pytest -q tests/node
 
 bench: install system-deps envtest-bins go-anchor guest-image ## run the benchmarks; JSON results land in bench/results/
@@ -162,6 +162,11 @@ kubevirt-images: image-deps kubevirt-bins ## their images as OCI archives (launc
 kubevirt-up: node-up kubevirt-images ## the whole KubeVirt on the node: virt-api, virt-controller, virt-handler (guests boot under TCG); idempotent
 	@tools/kubevirt/images.sh $(ENVTEST_DIR) >/dev/null
 	$(PY) tools/kubevirt/kubevirt_install.py up --state-dir $(ENVTEST_DIR)
+
+# --- A real Prometheus for the node tier (tools/prometheus): Debian's package, scraping guests through their policies ---
+.PHONY: prometheus-image
+prometheus-image: image-deps ## build (or reuse) Debian bookworm's prometheus as an OCI archive in ~/.cache/uds-vm-operator; node tests push it
+	@tools/prometheus/image.sh >/dev/null
 
 # --- Images and provenance (tools/images, tools/provenance; issue 14 item 3, issue 20 item 2) ---
 image-deps: ## install the Debian packages the image builds need (buildah, mmdebstrap, gcc, busybox-static, docker-registry)

@@ -2,15 +2,17 @@
 
 Real: the operator (a host process), the whole KubeVirt v1.8.4 (the guest boots under software emulation in
 its launcher pod; virt-api answers the guest agent's ``userlist`` through virt-handler), the node and
-kube-router enforcing the VM's NetworkPolicy. Played (kubevirt_node): only CDI's import, which puts the guest
-image on a real node volume.
+kube-router enforcing the VM's NetworkPolicy, and Prometheus (Debian's package, in a pod of the monitoring
+namespace; prometheus_pod). Played (kubevirt_node): only CDI's import, which puts the guest image on a real
+node volume.
 
 The VM declares ``spec.monitoring``. Its guest runs the node exporter and the operator's guest report; the
 operator reads both and the agent's user list every 15 s. The test then does what the issue's assessor fears:
 it logs into the guest and re-enables password SSH by hand. The VM must say so (GuestCompliant=False naming
 PasswordAuthentication, a Warning Event, IA-5 not satisfied in the OSCAL results), the guest must be left as
-the user made it, and undoing the change must flip everything back. The exporter answers a Prometheus pod of
-the monitoring namespace and nobody else (a pod of another namespace; the VM's own admin on that port).
+the user made it, and undoing the change must flip everything back. The real Prometheus of the monitoring
+namespace scrapes the guest's node exporter through the VM's policy, and KubeVirt's per-VMI series from
+virt-handler; the same Prometheus in another namespace, and the VM's own admin on that port, are refused.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the session fixture
     udsvm_spec,
 )
 from node_cluster import NodeHandle, running_operator, wait_until
+from prometheus_pod import Prometheus, run_prometheus
 from test_kubevirt_launcher_packets import GUEST_DISK, booted_launcher
 
 from integration.operator_harness import OperatorProcess
@@ -101,9 +104,11 @@ def wait_compliant(
     return found[0], time.monotonic() - started
 
 
-def events(node: NodeHandle, namespace: str, reason: str) -> list[dict[str, Any]]:
+def events(node: NodeHandle, namespace: str, reason: str | None) -> list[dict[str, Any]]:
+    """The VM's Events with `reason` (None: every guest Event)."""
     items = node.api.items(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
-    return [e for e in items if e.get("reason") == reason and (e.get("regarding") or {}).get("name") == "web"]
+    wanted = {reason} if reason else {"GuestDrifted", "GuestHardened"}
+    return [e for e in items if e.get("reason") in wanted and (e.get("regarding") or {}).get("name") == "web"]
 
 
 def compliance(node: NodeHandle, namespace: str) -> dict[str, str]:
@@ -121,6 +126,40 @@ def compliance(node: NodeHandle, namespace: str) -> dict[str, str]:
     except json.JSONDecodeError as exc:
         raise AssertionError(f"not JSON ({exc}):\n{done.stdout[:3000]}\n{done.stderr[-2000:]}") from exc
     return next(vm["controls"] for vm in summary["vms"] if vm["name"] == "web")
+
+
+def scrape_configs(guest_ip: str, handler_ip: str) -> list[dict[str, Any]]:
+    """The guest's node exporter, and virt-handler's metrics (KubeVirt's per-VMI series; self-signed TLS)."""
+    return [
+        {"job_name": "guest", "static_configs": [{"targets": [f"{guest_ip}:9100"]}]},
+        {
+            "job_name": "kubevirt",
+            "scheme": "https",
+            "tls_config": {"insecure_skip_verify": True},
+            "static_configs": [{"targets": [f"{handler_ip}:8443"]}],
+        },
+    ]
+
+
+def virt_handler_ip(node: NodeHandle) -> str:
+    pods = node.api.items("/api/v1/namespaces/kubevirt/pods", label_selector="kubevirt.io=virt-handler")
+    assert pods and pods[0]["status"].get("podIP"), pods
+    return str(pods[0]["status"]["podIP"])
+
+
+def assert_scraped_through_the_policy(prometheus: Prometheus, outsider: Prometheus, namespace: str) -> None:
+    """The monitoring namespace's Prometheus gets the guest's and KubeVirt's series; another namespace's does
+    not."""
+    found = prometheus.wait_for('uds_guest_sshd_password_authentication{job="guest"} == 0', 120)
+    print(f"guest report scraped by Prometheus: {found}")
+    assert prometheus.wait_for('node_boot_time_seconds{job="guest"}', 60), "the node exporter's own series"
+    vmi = prometheus.wait_for(
+        f'count by (__name__) ({{__name__=~"kubevirt_vmi_.+", namespace="{namespace}"}})', 120
+    )
+    print(f"KubeVirt's VMI series for the VM: {sorted(r['metric']['__name__'] for r in vmi)}")
+    refused = outsider.wait_for('up{job="guest"} == 0', 120)
+    assert refused, "the same Prometheus in another namespace is refused by the VM's policy"
+    print(f"outsider's scrape: {[t.get('lastError') for t in outsider.targets() if 'guest' in str(t)]}")
 
 
 def set_password_ssh(admin: int, ip: str, keys: GuestKeys, value: str) -> None:
@@ -144,14 +183,8 @@ def test_a_hand_edit_inside_the_guest_is_reported_as_drift_and_its_undo_clears_i
 ) -> None:
     node = kubevirt
     admin = node.container_pid(node.client_pod(ns, "admin", {"app": "admin"}))
-    prometheus = node.container_pid(
-        node.client_pod(monitoring_ns, "prometheus", {"app.kubernetes.io/name": "prometheus"})
-    )
     other = node.namespace("outsider")
     try:
-        outsider = node.container_pid(
-            node.client_pod(other, "prometheus", {"app.kubernetes.io/name": "prometheus"})
-        )
         body = udsvm(ns)
         body["spec"] = {
             **udsvm_spec(),
@@ -171,10 +204,10 @@ def test_a_hand_edit_inside_the_guest_is_reported_as_drift_and_its_undo_clears_i
         assert compliance(node, ns)["ia-5"] == "satisfied"
 
         # The exporter, through the VM's policy: the monitoring namespace's Prometheus only.
-        code, text = probes.http_get(prometheus, ip, 9100, "/metrics")
-        assert code == 200 and "uds_guest_sshd_password_authentication 0" in text, (code, text[-500:])
-        assert "node_boot_time_seconds" in text, "the node exporter's own series are there too"
-        assert probes.tcp_blocked(outsider, ip, 9100), "the same labels in another namespace are refused"
+        targets = scrape_configs(ip, virt_handler_ip(node))
+        prometheus = run_prometheus(node, monitoring_ns, targets)
+        outsider = run_prometheus(node, other, targets)
+        assert_scraped_through_the_policy(prometheus, outsider, ns)
         assert probes.tcp_blocked(admin, ip, 9100), "the VM's admin is admitted on 22, not on 9100"
         assert probes.tcp(admin, ip, 22) == "connected"
 
@@ -195,11 +228,26 @@ def test_a_hand_edit_inside_the_guest_is_reported_as_drift_and_its_undo_clears_i
         still = ssh(admin, ip, GUEST_USER, keys.ops, "sudo sshd -T | grep -i '^passwordauthentication'")
         assert still.stdout.strip() == "passwordauthentication yes", still
 
+        # Hiding the evidence does not clear it: with the agent stopped the guest is Unknown, never compliant,
+        # and the drift last seen stays (and keeps IA-5 failed) until a check shows it undone.
+        assert ssh(admin, ip, GUEST_USER, keys.ops, "sudo systemctl stop qemu-guest-agent").returncode == 0
+        guest, took = wait_compliant(node, ns, "Unknown", 180)
+        print(f"agent stopped: Unknown after {took:.1f} s, drift carried: {guest.get('drift')}")
+        assert guest["reason"] in {"NoGuestAgent", "GuestAgentUnanswered"}, guest
+        assert [d["setting"] for d in guest["drift"]] == ["PasswordAuthentication"], guest
+        assert compliance(node, ns)["ia-5"] == "not-satisfied"
+        assert ssh(admin, ip, GUEST_USER, keys.ops, "sudo systemctl start qemu-guest-agent").returncode == 0
+        wait_compliant(node, ns, "False", 180)
+
         # Undone by hand: compliant again, an Event says so, the OSCAL result follows.
         set_password_ssh(admin, ip, keys, "no")
         guest, took = wait_compliant(node, ns, "True", 180)
         print(f"compliance restored {took:.1f} s after the undo")
-        assert events(node, ns, "GuestHardened"), "a Normal Event says the drift is gone"
+        hardened = events(node, ns, "GuestHardened")
+        print(f"guest Events: {[(e['reason'], e.get('note')) for e in events(node, ns, None)]}")
+        assert any("drift is gone" in str(e.get("note")) for e in hardened), (
+            "a Normal Event says the drift is gone"
+        )
         assert compliance(node, ns)["ia-5"] == "satisfied"
         print(f"guest reads by the operator: logged in users seen {guest.get('loggedInUsers')}")
     finally:

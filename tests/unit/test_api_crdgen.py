@@ -69,9 +69,19 @@ def test_printer_columns() -> None:
     columns = render_crd(VM_CRD)["spec"]["versions"][0]["additionalPrinterColumns"]
     default = [c["name"] for c in columns if not c.get("priority")]
     wide = [c["name"] for c in columns if c.get("priority") == 1]
-    assert default == ["PHASE", "SOURCE", "PVC-SIZE", "CHECKSUM-VERIFIED", "ZERO-TRUST", "RECONCILER", "AGE"]
+    assert default == [
+        "PHASE",
+        "SOURCE",
+        "PVC-SIZE",
+        "CHECKSUM-VERIFIED",
+        "ZERO-TRUST",
+        "GUEST",
+        "RECONCILER",
+        "AGE",
+    ]
     assert wide == ["OS"]
     by_name = {c["name"]: c for c in columns}
+    assert by_name["GUEST"]["jsonPath"] == ".status.guest.compliant"
     assert by_name["CHECKSUM-VERIFIED"]["jsonPath"] == ".status.checksumVerified"
     assert by_name["AGE"]["type"] == "date"
 

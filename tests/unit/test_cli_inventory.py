@@ -133,3 +133,18 @@ def test_help_documents_the_json_contract_and_conflicting_scopes_are_a_usage_err
     assert "--pools --json prints a JSON array of pool rows" in help_text
     result = runner.invoke(app, ["inventory", "-n", "a", "-A", "--pools"])
     assert result.exit_code == 2
+
+
+def test_guest_column_says_hardened_drifted_unknown_and_nothing_for_an_unmonitored_vm() -> None:
+    def row(guest: dict[str, object] | None) -> dict[str, object]:
+        vm = {"metadata": {"name": "web", "namespace": "ns"}, "status": {"guest": guest} if guest else {}}
+        return inventory_row(vm, NOW)
+
+    drifted = row({"compliant": "False", "drift": [{"setting": "PasswordAuthentication", "control": "ia-5"}]})
+    assert (drifted["guest"], drifted["guestDrift"]) == ("drifted", ["PasswordAuthentication"])
+    assert dict(zip(HEADERS, vm_cells(drifted), strict=True))["GUEST"] == "drifted"
+    assert row({"compliant": "True"})["guest"] == "hardened"
+    assert row({"compliant": "Unknown", "reason": "NoGuestAgent"})["guest"] == "unknown"
+    unmonitored = row(None)
+    assert (unmonitored["guest"], unmonitored["guestDrift"]) == (None, [])
+    assert dict(zip(HEADERS, vm_cells(unmonitored), strict=True))["GUEST"] == ""

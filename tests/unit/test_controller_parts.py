@@ -136,6 +136,8 @@ def test_inventory_row_flattens_spec_and_status() -> None:
         "pvcSize": "11Mi",
         "checksumVerified": True,
         "zeroTrust": True,
+        "guest": None,
+        "guestDrift": [],
         "reconciledBy": "kopf-python",
         "age": "1h",
         "createdAt": "2026-01-01T00:00:00Z",

@@ -261,6 +261,12 @@ VM_CRD = CrdDefinition(
             "CHECKSUM-VERIFIED", "boolean", ".status.checksumVerified", "Image digest verified (SI-7)"
         ),
         PrinterColumn("ZERO-TRUST", "boolean", ".status.zeroTrust", "Default-deny network isolation (SC-7)"),
+        PrinterColumn(
+            "GUEST",
+            "string",
+            ".status.guest.compliant",
+            "Last drift check of the running guest (spec.monitoring)",
+        ),
         PrinterColumn("RECONCILER", "string", ".status.reconciledBy", "Which reconciler wrote the status"),
         PrinterColumn("AGE", "date", ".metadata.creationTimestamp", "Time since creation"),
         PrinterColumn("OS", "string", ".spec.os", "Guest operating system", priority=1),

@@ -36,6 +36,7 @@ HEADERS = (
     "PVC-SIZE",
     "CHECKSUM-VERIFIED",
     "ZERO-TRUST",
+    "GUEST",
     "RECONCILER",
     "AGE",
 )
@@ -49,6 +50,7 @@ COLUMNS = (
     "pvcSize",
     "checksumVerified",
     "zeroTrust",
+    "guest",
     "reconciledBy",
     "age",
 )
@@ -76,10 +78,21 @@ def inventory_row(vm: Mapping[str, Any], now: datetime) -> dict[str, Any]:
         "pvcSize": status.get("pvcSize"),
         "checksumVerified": bool(status.get("checksumVerified")),
         "zeroTrust": bool(status.get("zeroTrust")),
+        "guest": _guest(status.get("guest")),
+        "guestDrift": [str(d.get("setting")) for d in (status.get("guest") or {}).get("drift") or []],
         "reconciledBy": status.get("reconciledBy"),
         "age": human_age(meta.get("creationTimestamp"), now),
         "createdAt": meta.get("creationTimestamp"),
     }
+
+
+def _guest(guest: Mapping[str, Any] | None) -> str | None:
+    """The last guest drift check in one word: hardened, drifted, unknown; None for an unmonitored VM."""
+    if not guest:
+        return None
+    return {"True": "hardened", "False": "drifted", "Unknown": "unknown"}.get(
+        str(guest.get("compliant")), "unknown"
+    )
 
 
 def pool_row(pool: Mapping[str, Any], now: datetime) -> dict[str, Any]:

@@ -29,7 +29,9 @@ CONTROLS: tuple[ControlImplementation, ...] = (
         "ac-3",
         "Access Enforcement",
         "Guest access is enforced by the operator's cloud-init: disable_root: true and no root user; Windows "
-        "guests receive the operator-generated unattend (sysprep) Secret that sets the local accounts.",
+        "guests receive the operator-generated unattend (sysprep) Secret that sets the local accounts. With "
+        "spec.monitoring, the running guest is checked too: root login allowed, root's password unlocked, or "
+        "root or an undeclared user logged in (the guest agent's user list) is drift and fails the control.",
         "vm-access-enforcement",
     ),
     ControlImplementation(
@@ -58,7 +60,9 @@ CONTROLS: tuple[ControlImplementation, ...] = (
         "ia-5",
         "Authenticator Management",
         "Key-only authentication: cloud-init sets ssh_pwauth: false and locks every user's password; Windows "
-        "Administrator passwords are generated at random into a Secret, never written in the spec.",
+        "Administrator passwords are generated at random into a Secret, never written in the spec. With "
+        "spec.monitoring, a running guest whose sshd accepts passwords (sshd -T, reported from inside the "
+        "guest) fails the control until the change is undone.",
         "vm-authenticators",
     ),
     ControlImplementation(
@@ -73,14 +77,15 @@ CONTROLS: tuple[ControlImplementation, ...] = (
         "sc-13",
         "Cryptographic Protection",
         "Guests run FIPS 140 validated cryptography: cloud-init enables Ubuntu Pro fips-updates or RHEL "
-        "fips-mode-setup (spec.cloudInit.fips, default true).",
+        "fips-mode-setup (spec.cloudInit.fips, default true). With spec.monitoring, a running guest whose "
+        "kernel is not in FIPS mode fails it.",
         "vm-fips-cryptography",
     ),
     ControlImplementation(
         "si-2",
         "Flaw Remediation",
         "Guests install and schedule their own security updates (unattended-upgrades or dnf-automatic) from "
-        "local mirrors.",
+        "local mirrors. With spec.monitoring, an update timer found inactive in the running guest fails it.",
         "vm-guest-updates",
     ),
     ControlImplementation(

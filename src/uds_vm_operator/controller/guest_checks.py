@@ -169,6 +169,18 @@ _PROBLEMS = {
 }
 
 
+async def _read_all(reader: asyncio.StreamReader) -> bytes:
+    """The whole response (a server may send it in pieces), refused past MAX_REPORT_BYTES."""
+    parts: list[bytes] = []
+    total = 0
+    while chunk := await reader.read(65536):
+        total += len(chunk)
+        if total > MAX_REPORT_BYTES:
+            raise OSError(f"the exporter's answer exceeds {MAX_REPORT_BYTES} bytes")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 async def fetch_http(host: str, port: int, path: str) -> str:
     """GET ``path`` over plain HTTP/1.0 with a bounded wait and size (the exporter speaks nothing else)."""
     reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), FETCH_TIMEOUT_S)
@@ -176,7 +188,7 @@ async def fetch_http(host: str, port: int, path: str) -> str:
         target = f"[{host}]" if ":" in host else host
         writer.write(f"GET {path} HTTP/1.0\r\nHost: {target}:{port}\r\nAccept: text/plain\r\n\r\n".encode())
         await writer.drain()
-        raw = await asyncio.wait_for(reader.read(MAX_REPORT_BYTES), FETCH_TIMEOUT_S)
+        raw = await asyncio.wait_for(_read_all(reader), FETCH_TIMEOUT_S)
     finally:
         writer.close()
     head, _, body = raw.partition(b"\r\n\r\n")
@@ -248,6 +260,9 @@ class GuestChecker:
             return GuestFacts(
                 problem=("GuestAgentUnanswered", f"The guest agent's user list failed: {exc}"[:500])
             )
+        if userlist is None:
+            message = "KubeVirt has no user list for this guest (404): the agent channel did not answer."
+            return GuestFacts(problem=("GuestAgentUnanswered", message))
         try:
             body = await self.fetch(address, EXPORTER_PORT, REPORT_PATH)
         except (OSError, TimeoutError) as exc:
@@ -262,21 +277,34 @@ class GuestChecker:
         return GuestFacts(report=report, users=users_of(userlist))
 
 
+def carry_drift(
+    verdict: GuestVerdict | None, previous_guest: Mapping[str, Any] | None
+) -> GuestVerdict | None:
+    """An Unknown verdict keeps the drift last seen: a guest that stops answering (its agent stopped, the VM
+    halted) must not clear a control it failed; only a check that finds the setting undone clears it."""
+    last = tuple((previous_guest or {}).get("drift") or ())
+    if verdict is None or verdict.condition.status != UNKNOWN or not last:
+        return verdict
+    named = "; ".join(str(item.get("setting")) for item in last)
+    message = f"{verdict.condition.message} Drift last seen, not shown undone since: {named}."
+    return GuestVerdict(Condition(UNKNOWN, verdict.condition.reason, message[:1000]), last, verdict.users)
+
+
 def guest_event(previous: Mapping[str, Any], desired: Mapping[str, Any]) -> tuple[str, str, str] | None:
-    """The Event a guest check's change deserves: Warning when drift appears or changes, Normal when it
-    clears."""
+    """The Event a guest check's change deserves: Warning when drift appears or changes, Normal when a check
+    finds the guest hardened after anything else (its first check, drift undone, a guest answering again)."""
     before, after = previous.get("guest") or {}, desired.get("guest") or {}
-    if not after or (before.get("compliant"), before.get("drift")) == (
-        after.get("compliant"),
-        after.get("drift"),
-    ):
-        return None
     condition: Mapping[str, Any] = next(
         (c for c in desired.get("conditions") or [] if c.get("type") == CONDITION_TYPE), {}
     )
     message = str(condition.get("message") or "")
-    if after.get("compliant") == FALSE:
+    if after.get("compliant") == FALSE and (before.get("compliant"), before.get("drift")) != (
+        FALSE,
+        after.get("drift"),
+    ):
         return "Warning", "GuestDrifted", message
-    if after.get("compliant") == TRUE and before.get("compliant") == FALSE:
-        return "Normal", "GuestHardened", "The guest's drift is gone: " + message
+    if after.get("compliant") == TRUE and before.get("compliant") != TRUE:
+        if before.get("drift"):
+            return "Normal", "GuestHardened", "The guest's drift is gone: " + message
+        return "Normal", "GuestHardened", message
     return None

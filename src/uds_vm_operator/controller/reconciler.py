@@ -35,7 +35,7 @@ from uds_vm_operator.controller.golden_image import (
     observe_golden_image,
 )
 from uds_vm_operator.controller.guest_checks import CONDITION_TYPE as GUEST_CONDITION
-from uds_vm_operator.controller.guest_checks import GuestChecker, GuestVerdict, guest_event
+from uds_vm_operator.controller.guest_checks import GuestChecker, GuestVerdict, carry_drift, guest_event
 from uds_vm_operator.controller.platform import PackageOutcome, Platform
 from uds_vm_operator.controller.platform_assess import PlatformAssessment
 from uds_vm_operator.controller.pod_selection import policy_selects_vm
@@ -389,7 +389,8 @@ class Reconciler(Controller):
         """spec.monitoring: the guest's drift verdict (a fresh read only when due), and the next check."""
         owner, spec = ctx.owner, ctx.require_spec()
         vmi = await self._observed(kube.VIRTUAL_MACHINE_INSTANCE, owner.namespace, owner.name)
-        ctx.guest = await self.guest_checker.check(owner.namespace, owner.name, spec, vmi)
+        verdict = await self.guest_checker.check(owner.namespace, owner.name, spec, vmi)
+        ctx.guest = carry_drift(verdict, (ctx.body.get("status") or {}).get("guest"))
         due = self.guest_checker.due_in(owner.namespace, owner.name, spec)
         if due is not None:
             ctx.outcome.requeue_after(due)

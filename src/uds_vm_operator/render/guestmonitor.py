@@ -51,7 +51,7 @@ kbd=$(is "$(setting kbdinteractiveauthentication)" yes)
 root=$(is "$(setting permitrootlogin)" no); root=$((1 - root))
 timer=0; systemctl is-active --quiet @UPDATE_TIMER@ && timer=1
 fips=$(cat /proc/sys/crypto/fips_enabled 2>/dev/null || echo 0)
-locked=0; passwd -S root 2>/dev/null | awk '{ exit !($2 == "L") }' && locked=1
+locked=0; passwd -S root 2>/dev/null | awk '{ exit !($2 == "L" || $2 == "LK") }' && locked=1
 tmp=$(mktemp "$dir/.uds_guest.XXXXXX") || exit 1
 cat > "$tmp" <<EOF
 # HELP uds_guest_sshd_config_readable 1 when sshd -T printed the effective sshd configuration.
