@@ -41,6 +41,11 @@ def netpol_name(vm_name: str) -> str:
     return f"{vm_name}-netpol"
 
 
+def metrics_service_name(vm_name: str) -> str:
+    """``<name>-metrics``: the Service in front of a monitored guest's node exporter (spec.monitoring)."""
+    return f"{vm_name}-metrics"
+
+
 def data_disk_pvc_name(vm_name: str, disk_name: str) -> str:
     """``<name>-data-<disk>``: a data disk PVC; stable so a Retain disk is re-attached by name."""
     return f"{vm_name}-data-{disk_name}"

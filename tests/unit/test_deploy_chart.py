@@ -189,3 +189,40 @@ def test_dashboard_configmap_carries_the_dashboard_for_sidecar_import() -> None:
 def test_every_deploy_file_is_valid_yaml_with_kind_and_name(path: Path) -> None:
     for doc in yaml.safe_load_all(path.read_text()):
         assert doc["kind"] and doc["metadata"]["name"]
+
+
+def test_guest_servicemonitor_only_where_the_prometheus_operator_is_and_it_selects_metrics_services() -> None:
+    from uds_vm_operator.api import parse_vm_spec  # noqa: PLC0415
+    from uds_vm_operator.render import ClusterFacts, Owner, render_children  # noqa: PLC0415
+
+    def monitors(*extra: str) -> list[dict[str, Any]]:
+        objects = render.render_chart(helm(), *render.DEPLOY_VALUES, *extra)
+        return [o for o in objects if o["kind"] == "ServiceMonitor"]
+
+    assert monitors() == []  # no Prometheus Operator CRDs: nothing a plain cluster would refuse
+    capability = ("--api-versions", "monitoring.coreos.com/v1/ServiceMonitor")
+    (monitor,) = monitors(*capability)
+    assert monitors(*capability, "--set", "guestMonitoring.serviceMonitor=false") == []
+    assert monitor["metadata"]["namespace"] == "monitoring"
+    assert monitor["spec"]["namespaceSelector"] == {"any": True}
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    (endpoint,) = monitor["spec"]["endpoints"]
+    # The Service a monitored VM gets is what the ServiceMonitor selects, on the port it names.
+    spec = parse_vm_spec(
+        {
+            "source": {"http": {"url": "https://x.example/a.img"}},
+            "disk": {"virtualSize": 1 << 30},
+            "monitoring": {"enabled": True},
+        }
+    )
+    children = render_children(Owner("web", "apps", "uid"), spec, ClusterFacts())
+    (service,) = [c for c in children if c["kind"] == "Service" and c["metadata"]["name"] == "web-metrics"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    assert [p["name"] for p in service["spec"]["ports"]] == [endpoint["port"]]
+    assert service["spec"]["ports"][0]["port"] == 9100
+    unmonitored = render_children(
+        Owner("web", "apps", "uid"),
+        spec.model_copy(update={"monitoring": spec.monitoring.model_copy(update={"enabled": False})}),
+        ClusterFacts(),
+    )
+    assert not [c for c in unmonitored if c["metadata"]["name"] == "web-metrics"]

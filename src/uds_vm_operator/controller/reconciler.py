@@ -388,6 +388,9 @@ class Reconciler(Controller):
     async def _check_guest(self, ctx: VmReconcile) -> None:
         """spec.monitoring: the guest's drift verdict (a fresh read only when due), and the next check."""
         owner, spec = ctx.owner, ctx.require_spec()
+        if not spec.monitoring.enabled:  # no read at all: an unmonitored fleet costs nothing here
+            self.guest_checker.forget(owner.namespace, owner.name)
+            return
         vmi = await self._observed(kube.VIRTUAL_MACHINE_INSTANCE, owner.namespace, owner.name)
         verdict = await self.guest_checker.check(owner.namespace, owner.name, spec, vmi)
         ctx.guest = carry_drift(verdict, (ctx.body.get("status") or {}).get("guest"))

@@ -22,6 +22,7 @@ from uds_vm_operator.render.datavolume import (
     render_system_datavolume,
 )
 from uds_vm_operator.render.exposure import render_exposure
+from uds_vm_operator.render.guestmonitor import render_metrics_service
 from uds_vm_operator.render.networkpolicy import render_network_policy
 from uds_vm_operator.render.secrets import generate_admin_password, render_admin_secret
 from uds_vm_operator.render.sysprep import render_sysprep_secret, sysprep_mode
@@ -110,4 +111,6 @@ def render_children(
         # UDS Core creates the ingress (VirtualService) from the Package's expose entries.
         exposure = [child for child in exposure if child["kind"] == "Service"]
     children += exposure
+    if spec.monitoring.enabled:
+        children.append(render_metrics_service(owner))
     return children

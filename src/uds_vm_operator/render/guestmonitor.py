@@ -18,6 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from uds_vm_operator.api.models import CloudInit
+from uds_vm_operator.child_names import metrics_service_name
+from uds_vm_operator.render.common import ROLE_LABEL, VM_LABEL, Owner, child_metadata
+from uds_vm_operator.render.exposure import LAUNCHER_LABELS
 
 EXPORTER_PORT = 9100
 """The node exporter's port (its default; the VM's NetworkPolicy opens exactly this one for monitoring)."""
@@ -28,6 +31,9 @@ REPORT_UNIT = "uds-guest-report"
 REPORT_INTERVAL_S = 20
 """How often the guest refreshes its report: well inside the shortest check interval (15 s ... 86,400 s)."""
 REPORT_METRIC_PREFIX = "uds_guest_"
+METRICS_ROLE = "guest-metrics"
+"""``uds.dev/role`` of the metrics Services: the chart's ServiceMonitor selects monitored guests by it."""
+METRICS_PORT_NAME = "guest-metrics"
 
 _EXPORTER = {
     "apt": ("prometheus-node-exporter", "prometheus-node-exporter.service"),
@@ -163,3 +169,31 @@ def monitoring_parts(cloud_init: CloudInit) -> tuple[list[str], list[dict[str, A
         f"systemctl enable --now {exporter_unit} {REPORT_UNIT}.timer",
     ]
     return [package], files, commands
+
+
+def render_metrics_service(owner: Owner) -> dict[str, Any]:
+    """``<name>-metrics``: a ClusterIP Service on the guest's exporter, for Prometheus' service discovery.
+
+    The chart's ServiceMonitor (rendered where the Prometheus Operator's CRDs exist) selects these Services by
+    their role label, so a site's Prometheus finds every monitored guest without a per-VM object of its CRD.
+    Scrapes still pass through the VM's NetworkPolicy, which admits only Prometheus and the operator.
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": child_metadata(
+            owner, metrics_service_name(owner.name), labels={ROLE_LABEL: METRICS_ROLE}
+        ),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {VM_LABEL: owner.name, **LAUNCHER_LABELS},
+            "ports": [
+                {
+                    "name": METRICS_PORT_NAME,
+                    "protocol": "TCP",
+                    "port": EXPORTER_PORT,
+                    "targetPort": EXPORTER_PORT,
+                }
+            ],
+        },
+    }
