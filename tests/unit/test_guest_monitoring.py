@@ -116,11 +116,13 @@ def test_monitoring_installs_the_exporter_and_the_report_on_a_timer(flavor: str)
     assert "OnUnitActiveSec=" in timer
     assert "WantedBy=timers.target" in timer
     enable = [c for c in document["runcmd"] if isinstance(c, str) and c.startswith("systemctl enable --now")]
-    assert f"systemctl enable --now {unit} {REPORT_UNIT}.timer" in enable
+    assert f"systemctl enable --now {unit} {REPORT_UNIT}.timer {REPORT_UNIT}.path" in enable
+    watched = files[f"/etc/systemd/system/{REPORT_UNIT}.path"]["content"]
+    assert "PathChanged=/etc/ssh/sshd_config.d" in watched and f"Unit={REPORT_UNIT}.service" in watched
     # Started after the units are written and systemd has read them.
     runcmd = document["runcmd"]
     reload_at = max(i for i, c in enumerate(runcmd) if c == "systemctl daemon-reload")
-    assert reload_at < runcmd.index(f"systemctl enable --now {unit} {REPORT_UNIT}.timer")
+    assert reload_at < runcmd.index(f"systemctl enable --now {unit} {REPORT_UNIT}.timer {REPORT_UNIT}.path")
 
 
 def test_rhel_points_its_exporter_at_the_report_directory() -> None:

@@ -109,6 +109,22 @@ AccuracySec=2s
 WantedBy=timers.target
 """
 
+_PATH = f"""[Unit]
+Description=Refresh the uds-vm-operator guest report as soon as a watched setting's file changes
+
+[Path]
+PathChanged=/etc/ssh/sshd_config
+PathChanged=/etc/ssh/sshd_config.d
+PathChanged=/etc/shadow
+PathChanged=/etc/passwd
+Unit={REPORT_UNIT}.service
+
+[Install]
+WantedBy=paths.target
+"""
+"""A hand edit of sshd's configuration or of root's password is in the report within a second, so drift is
+seen at the operator's next check instead of up to a timer period later."""
+
 _RHEL_EXPORTER_DROPIN = f"""[Service]
 ExecStart=
 ExecStart=/usr/bin/node_exporter --collector.textfile.directory={TEXTFILE_DIR}
@@ -154,6 +170,12 @@ def monitoring_parts(cloud_init: CloudInit) -> tuple[list[str], list[dict[str, A
             "permissions": "0644",
             "content": _TIMER,
         },
+        {
+            "path": f"/etc/systemd/system/{REPORT_UNIT}.path",
+            "owner": "root:root",
+            "permissions": "0644",
+            "content": _PATH,
+        },
     ]
     if family == "rhel":
         files.append(
@@ -166,7 +188,7 @@ def monitoring_parts(cloud_init: CloudInit) -> tuple[list[str], list[dict[str, A
         )
     commands = [
         "systemctl daemon-reload",
-        f"systemctl enable --now {exporter_unit} {REPORT_UNIT}.timer",
+        f"systemctl enable --now {exporter_unit} {REPORT_UNIT}.timer {REPORT_UNIT}.path",
     ]
     return [package], files, commands
 
