@@ -81,6 +81,10 @@ printf "LANG=C.UTF-8\n" > "$root/etc/default/locale"
 printf "grub_dpkg:\n  enabled: false\n" > "$cfg/93-uds-no-grub.cfg"
 # e2scrub_reap removes stale e2scrub snapshots of LVM volumes: the image has no LVM.
 chroot "$root" systemctl disable e2scrub_reap.service >/dev/null 2>&1
+# The node exporter is in the image for spec.monitoring, whose cloud-init enables it (with the guest report):
+# off otherwise, so an unmonitored guest neither spends boot time on it nor listens on 9100. Its Recommends
+# (prometheus-node-exporter-collectors' apt/smartmon timers) are not installed.
+chroot "$root" systemctl disable prometheus-node-exporter.service >/dev/null 2>&1
 
 kernel="$(ls "$root"/boot/vmlinuz-* | sort -V | tail -1)"
 initrd="$(ls "$root"/boot/initrd.img-* | sort -V | tail -1)"
