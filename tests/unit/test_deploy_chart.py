@@ -220,6 +220,7 @@ def test_guest_servicemonitor_only_where_the_prometheus_operator_is_and_it_selec
     assert selector.items() <= service["metadata"]["labels"].items()
     assert [p["name"] for p in service["spec"]["ports"]] == [endpoint["port"]]
     assert service["spec"]["ports"][0]["port"] == 9100
+    assert service["spec"]["clusterIP"] == "None", "headless: no Service address per monitored VM"
     unmonitored = render_children(
         Owner("web", "apps", "uid"),
         spec.model_copy(update={"monitoring": spec.monitoring.model_copy(update={"enabled": False})}),

@@ -194,7 +194,10 @@ def monitoring_parts(cloud_init: CloudInit) -> tuple[list[str], list[dict[str, A
 
 
 def render_metrics_service(owner: Owner) -> dict[str, Any]:
-    """``<name>-metrics``: a ClusterIP Service on the guest's exporter, for Prometheus' service discovery.
+    """``<name>-metrics``: a headless Service on the guest's exporter, for Prometheus' service discovery.
+
+    Headless, because Prometheus scrapes the endpoints, never the virtual IP: a ClusterIP per monitored VM
+    exhausted a /24 Service range at 250 VMs (measured: 748 of 1,000 VMs refused with "range is full").
 
     The chart's ServiceMonitor (rendered where the Prometheus Operator's CRDs exist) selects these Services by
     their role label, so a site's Prometheus finds every monitored guest without a per-VM object of its CRD.
@@ -208,6 +211,7 @@ def render_metrics_service(owner: Owner) -> dict[str, Any]:
         ),
         "spec": {
             "type": "ClusterIP",
+            "clusterIP": "None",
             "selector": {VM_LABEL: owner.name, **LAUNCHER_LABELS},
             "ports": [
                 {
