@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from kubevirt_node import dry_run_create, kubevirt_fixture  # noqa: F401 (the session fixture)
-from node_cluster import NodeHandle
+from node_cluster import NodeHandle, wait_until
 
 from kubevirt_variants import INSTANCETYPE, PREFERENCE, enumerate_variants
 from uds_vm_operator.api import parse_vm_spec
@@ -56,10 +56,23 @@ def sizing(kubevirt: NodeHandle) -> Iterator[None]:
         ),
     ]
     for plural, obj in objects:
-        kubevirt.api.apply(obj, f"{INSTANCETYPE_API}/{plural}/{obj['metadata']['name']}")
+        path = f"{INSTANCETYPE_API}/{plural}/{obj['metadata']['name']}"
+        # virt-api's webhooks answer only once its EndpointSlice lists it, which can trail its Deployment's
+        # readiness on a loaded node ("no endpoints available for service virt-api"): a bounded retry.
+        wait_until(f"virt-api admits {plural}", functools.partial(_applied, kubevirt, obj, path), 120, 2.0)
     yield
     for plural, obj in objects:
         kubevirt.api.delete(f"{INSTANCETYPE_API}/{plural}/{obj['metadata']['name']}")
+
+
+def _applied(node: NodeHandle, obj: dict[str, Any], path: str) -> bool:
+    try:
+        node.api.apply(obj, path)
+    except AssertionError as exc:
+        if "no endpoints available" in str(exc) or "connection refused" in str(exc):
+            return False
+        raise
+    return True
 
 
 def _message(payload: Any) -> str:
