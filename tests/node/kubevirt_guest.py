@@ -36,8 +36,10 @@ __all__ = [
     "booted_cloud_init",
     "build_guest_image",
     "guest_dns_lookup",
+    "guest_image_fixture",
     "guest_tcp",
     "keypair",
+    "keys_fixture",
     "make_keys",
     "ssh",
     "wait_for_login",
@@ -92,3 +94,15 @@ def booted_cloud_init(keys: GuestKeys, **extra: Any) -> dict[str, Any]:
         "users": [{"name": GUEST_USER, "sshAuthorizedKeys": [keys.ops_public], "sudo": True}],
         **extra,
     }
+
+
+@pytest.fixture(scope="module", name="guest_image")
+def guest_image_fixture() -> Path:
+    """The Debian guest image, once per module (import ``guest_image_fixture``; use it as ``guest_image``)."""
+    return build_guest_image()
+
+
+@pytest.fixture(scope="module", name="keys")
+def keys_fixture(tmp_path_factory: pytest.TempPathFactory) -> GuestKeys:
+    """Key pairs for the declared user and a stranger, once per module (import ``keys_fixture``)."""
+    return make_keys(tmp_path_factory.mktemp("keys"))

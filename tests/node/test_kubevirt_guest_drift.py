@@ -27,7 +27,14 @@ from typing import Any
 
 import probes
 import pytest
-from kubevirt_guest import GUEST_USER, GuestKeys, booted_cloud_init, build_guest_image, make_keys, ssh
+from kubevirt_guest import (  # noqa: F401 (guest_image_fixture, keys_fixture: shared fixtures)
+    GUEST_USER,
+    GuestKeys,
+    booted_cloud_init,
+    guest_image_fixture,
+    keys_fixture,
+    ssh,
+)
 from kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the session fixture)
     kubevirt_fixture,
     play_cdi_import,
@@ -49,16 +56,6 @@ NETWORK = {
         {"direction": "Ingress", "podSelector": {"matchLabels": {"app": "admin"}}, "ports": [{"port": 22}]},
     ]
 }
-
-
-@pytest.fixture(scope="module")
-def guest_image() -> Path:
-    return build_guest_image()
-
-
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> GuestKeys:
-    return make_keys(tmp_path_factory.mktemp("keys"))
 
 
 @pytest.fixture

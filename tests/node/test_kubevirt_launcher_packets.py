@@ -25,14 +25,14 @@ from typing import Any
 import node_configs as cfg
 import probes
 import pytest
-from kubevirt_guest import (
+from kubevirt_guest import (  # noqa: F401 (guest_image_fixture, keys_fixture: shared fixtures)
     GUEST_USER,
     GuestKeys,
     booted_cloud_init,
-    build_guest_image,
     guest_dns_lookup,
+    guest_image_fixture,
     guest_tcp,
-    make_keys,
+    keys_fixture,
     ssh,
     wait_for_login,
 )
@@ -67,16 +67,6 @@ GUEST_DISK = {"virtualSize": 2 * 1024**3, "storageClassName": "udsvm-local"}
 UNLISTED_PORT = 8080
 KUBE_DNS_NAME = "kube-dns.kube-system.svc.cluster.local"
 """A port the test opens inside the guest and the policy does not name."""
-
-
-@pytest.fixture(scope="module")
-def guest_image() -> Path:
-    return build_guest_image()
-
-
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> GuestKeys:
-    return make_keys(tmp_path_factory.mktemp("keys"))
 
 
 def booted_spec(keys: GuestKeys) -> dict[str, Any]:

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubevirt_guest import GuestKeys, boot_id, booted_cloud_init, build_guest_image, make_keys, wait_for_login
+from kubevirt_guest import (  # noqa: F401 (shared fixtures)
+    GuestKeys,
+    boot_id,
+    booted_cloud_init,
+    guest_image_fixture,
+    keys_fixture,
+    wait_for_login,
+)
 from kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the session fixture)
     component_logs,
     isolation,
@@ -45,16 +52,6 @@ SSH_FROM_ADMIN = {
         {"direction": "Ingress", "podSelector": {"matchLabels": {"app": "admin"}}, "ports": [{"port": 22}]}
     ]
 }
-
-
-@pytest.fixture(scope="module")
-def guest_image() -> Path:
-    return build_guest_image()
-
-
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory: pytest.TempPathFactory) -> GuestKeys:
-    return make_keys(tmp_path_factory.mktemp("keys"))
 
 
 @pytest.fixture

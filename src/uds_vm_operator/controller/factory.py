@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from uds_vm_operator.controller.facts import DATAVOLUME_CRD, FactsCache
+from uds_vm_operator.controller.facts import DATAVOLUME_CRD, FactsCache, deployment_facts
 from uds_vm_operator.controller.handlers import watched_kinds
 from uds_vm_operator.controller.reconciler import Reconciler
 from uds_vm_operator.metrics import OperatorMetrics
@@ -27,7 +27,9 @@ def vm_controller(api: kube.KubeApi, metrics: OperatorMetrics, *, workers: int =
         return await api.get(kube.CRD, None, DATAVOLUME_CRD)
 
     store = ObjectStore(watched_kinds())
-    return Reconciler(api, store, FactsCache(fetch_datavolume_crd), metrics, workers=workers)
+    return Reconciler(
+        api, store, FactsCache(fetch_datavolume_crd, base=deployment_facts()), metrics, workers=workers
+    )
 
 
 def pool_controller(api: kube.KubeApi, metrics: OperatorMetrics) -> PoolController:

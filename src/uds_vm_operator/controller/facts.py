@@ -8,6 +8,8 @@ upgraded, so it is cached for a while instead of being fetched on every reconcil
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -38,9 +40,24 @@ def cdi_supports_http_checksum(crd: Mapping[str, Any] | None) -> bool:
     return False
 
 
-def facts_from_crd(crd: Mapping[str, Any] | None) -> ClusterFacts:
-    """Build the renderer's view of the cluster from the installed DataVolume CRD."""
-    return ClusterFacts(cdi_http_checksum=cdi_supports_http_checksum(crd))
+PROMETHEUS_NAMESPACE_ENV = "UDS_VM_PROMETHEUS_NAMESPACE"
+
+
+def deployment_facts(environ: Mapping[str, str] = os.environ) -> ClusterFacts:
+    """What the operator's own Deployment says (read once at start): where its pods and Prometheus run, the
+    two peers a monitored guest's policy admits (``POD_NAMESPACE``; networkPolicy.monitoringNamespace)."""
+    return ClusterFacts(
+        operator_namespace=environ.get("POD_NAMESPACE") or ClusterFacts.operator_namespace,
+        prometheus_namespace=environ.get(PROMETHEUS_NAMESPACE_ENV) or ClusterFacts.prometheus_namespace,
+    )
+
+
+DEFAULT_FACTS = ClusterFacts()
+
+
+def facts_from_crd(crd: Mapping[str, Any] | None, base: ClusterFacts = DEFAULT_FACTS) -> ClusterFacts:
+    """Build the renderer's view of the cluster from the installed DataVolume CRD (on top of ``base``)."""
+    return dataclasses.replace(base, cdi_http_checksum=cdi_supports_http_checksum(crd))
 
 
 class FactsCache(TtlCache[ClusterFacts]):
@@ -51,8 +68,9 @@ class FactsCache(TtlCache[ClusterFacts]):
         fetch_crd: Callable[[], Awaitable[Mapping[str, Any] | None]],
         ttl_s: float = FACTS_TTL_S,
         clock: Callable[[], float] = time.monotonic,
+        base: ClusterFacts = DEFAULT_FACTS,
     ) -> None:
         async def fetch() -> ClusterFacts:
-            return facts_from_crd(await fetch_crd())
+            return facts_from_crd(await fetch_crd(), base)
 
         super().__init__(fetch, ttl_s, clock)

@@ -15,7 +15,6 @@ import base64
 import dataclasses
 import functools
 import logging
-import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -80,7 +79,6 @@ from uds_vm_operator.sizing import DEFAULT_OVERHEAD_PERCENT, pvc_mib, virtual_mi
 
 log = logging.getLogger("uds_vm_operator.reconcile")
 
-PROMETHEUS_NAMESPACE_ENV = "UDS_VM_PROMETHEUS_NAMESPACE"
 STATUS_MESSAGE_LIMIT = 4000
 STATUS_QUANTITY_LIMIT = 32
 DV_TERMINAL_WITH_DATA = frozenset({"Succeeded"})
@@ -217,12 +215,6 @@ class Reconciler(Controller):
         """Deletes children a spec change made obsolete (controller.pruning), in the apply step."""
         self.guest_checker = GuestChecker(api)
         """spec.monitoring: reads monitored guests on schedule, judges drift (controller.guest_checks)."""
-        self.namespaces = {
-            "operator_namespace": os.environ.get("POD_NAMESPACE") or ClusterFacts.operator_namespace,
-            "prometheus_namespace": os.environ.get(PROMETHEUS_NAMESPACE_ENV)
-            or ClusterFacts.prometheus_namespace,
-        }
-        """Where the operator's pods and Prometheus run: a monitored guest's policy admits them."""
 
     def register(self, registry: Any) -> None:
         """Add this controller's watch handlers to a kopf registry (``kopf.on.event`` only; see handlers)."""
@@ -299,12 +291,6 @@ class Reconciler(Controller):
         spec, owner = ctx.spec, ctx.owner
         refusal = _storage_refusal(spec)
         ctx.facts = await self.platform.render_facts(await self.facts.get())
-        if any(getattr(ctx.facts, key) != value for key, value in self.namespaces.items()):
-            ctx.facts = dataclasses.replace(
-                ctx.facts,
-                operator_namespace=self.namespaces["operator_namespace"],
-                prometheus_namespace=self.namespaces["prometheus_namespace"],
-            )
         if refusal is not None:
             raise SpecRefusedError(refusal)
         # Confused-deputy locks (issue 32): nothing is created for a source the VM's author could not reach.
