@@ -7,6 +7,7 @@ series are removed when the object goes away, so dashboards never show ghosts of
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from typing import NamedTuple, cast
 
@@ -57,6 +58,30 @@ class OperatorMetrics:
             ["pool", "namespace", "state"],
             registry=self.fleet_independent,
         )
+        self.backups_total = Counter(
+            "uds_vm_backups",
+            "Backups of UDSVirtualMachines finished, by result (success, failure).",
+            ["result"],
+            registry=self.fleet_independent,
+        )
+        self.backup_last_success = Gauge(
+            "uds_vm_backup_last_success_timestamp_seconds",
+            "When the VM's last successful backup finished (Unix time): CP-9 evidence for alerts.",
+            ["vm", "namespace"],
+            registry=self.fleet_independent,
+        )
+        self.backup_bytes = Gauge(
+            "uds_vm_backup_size_bytes",
+            "Bytes copied by the VM's last successful backup.",
+            ["vm", "namespace"],
+            registry=self.fleet_independent,
+        )
+        self.backup_duration = Gauge(
+            "uds_vm_backup_duration_seconds",
+            "Wall time of the VM's last successful backup, from start to record.",
+            ["vm", "namespace"],
+            registry=self.fleet_independent,
+        )
         for collector in (*self._independent_collectors(), self.vms):
             self.registry.register(collector)
 
@@ -65,6 +90,10 @@ class OperatorMetrics:
             self.reconcile_total,
             self.reconcile_duration_seconds,
             self.pool_replicas,
+            self.backups_total,
+            self.backup_last_success,
+            self.backup_bytes,
+            self.backup_duration,
         ]
         return self._process_collectors + collectors
 
@@ -96,6 +125,30 @@ class OperatorMetrics:
     def forget_vm(self, *, name: str, namespace: str) -> None:
         """Remove every series of a deleted VM."""
         self.vms.forget(namespace, name)
+        for gauge in (self.backup_last_success, self.backup_bytes, self.backup_duration):
+            with contextlib.suppress(KeyError):
+                gauge.remove(name, namespace)
+
+    def record_backup(
+        self,
+        namespace: str,
+        vm: str,
+        result: str,
+        *,
+        size_bytes: int | None = None,
+        duration_s: float | None = None,
+        finished_at: float | None = None,
+    ) -> None:
+        """Count a finished backup; a success also sets the VM's last-backup series (time, size, duration)."""
+        self.backups_total.labels(result=result).inc()
+        if result != "success":
+            return
+        if finished_at is not None:
+            self.backup_last_success.labels(vm=vm, namespace=namespace).set(finished_at)
+        if size_bytes is not None:
+            self.backup_bytes.labels(vm=vm, namespace=namespace).set(size_bytes)
+        if duration_s is not None:
+            self.backup_duration.labels(vm=vm, namespace=namespace).set(duration_s)
 
 
 _PHASE = ("uds_vm_phase", "1 for the VM's current phase; other phases of the VM have no series.")

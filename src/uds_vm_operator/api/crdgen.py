@@ -23,6 +23,16 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from uds_vm_operator.api.backup import (
+    BACKUP_KIND,
+    BACKUP_NAME_VALIDATIONS,
+    BACKUP_PLURAL,
+    BACKUP_PRINTER_COLUMNS,
+    BACKUP_SHORT_NAMES,
+    BACKUP_SINGULAR,
+    UDSVirtualMachineBackupSpec,
+    UDSVirtualMachineBackupStatus,
+)
 from uds_vm_operator.api.models import (
     API_GROUP,
     API_VERSION,
@@ -293,7 +303,25 @@ POOL_CRD = CrdDefinition(
     extra_subresources={"scale": dict(POOL_SCALE_SUBRESOURCE)},
 )
 
-CRDS: tuple[CrdDefinition, ...] = (VM_CRD, POOL_CRD)
+BACKUP_CRD = CrdDefinition(
+    kind=BACKUP_KIND,
+    plural=BACKUP_PLURAL,
+    singular=BACKUP_SINGULAR,
+    short_names=BACKUP_SHORT_NAMES,
+    spec_model=UDSVirtualMachineBackupSpec,
+    status_model=UDSVirtualMachineBackupStatus,
+    description=(
+        "One backup of a UDSVirtualMachine's disks to its S3 target, with each disk's sha256 recorded; "
+        "a restore from it is held until the restored bytes match the record."
+    ),
+    printer_columns=tuple(
+        PrinterColumn(column["name"], column["type"], column["json_path"], column["description"])
+        for column in BACKUP_PRINTER_COLUMNS
+    ),
+    root_validations=BACKUP_NAME_VALIDATIONS,
+)
+
+CRDS: tuple[CrdDefinition, ...] = (VM_CRD, POOL_CRD, BACKUP_CRD)
 """Every CRD this package generates; a new kind is one more entry here."""
 
 

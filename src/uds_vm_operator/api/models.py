@@ -722,6 +722,72 @@ class Monitoring(ApiModel):
     )
 
 
+BACKUP_SCHEDULE_PATTERN = r"^(@hourly|@daily|@weekly|@every ([1-9][0-9]{0,4})(m|h))$"
+"""A backup schedule: ``@hourly``, ``@daily``, ``@weekly`` or ``@every <N>m|h`` (5 minutes at least)."""
+BACKUP_TARGET_URL_PATTERN = (
+    r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[A-Za-z0-9._-]+)*/?$"
+)
+"""``http(s)://host[:port]/bucket[/prefix]``: path-style S3, a DNS-compatible bucket, a plain prefix."""
+
+
+class BackupTarget(ApiModel):
+    """An S3 bucket the site already runs (AWS, Ceph RGW, MinIO, Versity, ...), path-style.
+
+    The Secret holds ``accessKeyId`` and ``secretKey`` (CDI's own S3 Secret keys), so the one Secret serves
+    the backup pod that writes and CDI's importer that reads on restore. The operator never reads it.
+    """
+
+    url: Annotated[str, Field(pattern=BACKUP_TARGET_URL_PATTERN, max_length=1024)] = Field(
+        description="http(s)://host[:port]/bucket[/prefix]: where the disks' objects are written."
+    )
+    secret_ref: ObjectName = Field(
+        description="Secret in the VM's namespace with accessKeyId and secretKey (CDI's S3 Secret format)."
+    )
+    region: Annotated[str, Field(pattern=r"^[a-z0-9:.-]+$", max_length=64)] | None = Field(
+        default=None,
+        description=(
+            "Signing region. Default: the region CDI's importer derives from the endpoint (s3.<region>."
+            "amazonaws.com, else the host's first label), so a restore reads what the backup wrote."
+        ),
+    )
+
+
+class BackupPolicy(ApiModel):
+    """Backups of the VM's disks to S3, each disk's sha256 recorded (CP-9); restores are verified (CP-10)."""
+
+    target: BackupTarget
+    schedule: Annotated[str, Field(pattern=BACKUP_SCHEDULE_PATTERN, max_length=16)] | None = Field(
+        default=None,
+        description=(
+            "@hourly, @daily, @weekly or @every <N>m|h (N minutes >= 5). Without it, backups are on demand "
+            "only (uds-vmctl backup)."
+        ),
+    )
+    keep: Annotated[int, Field(ge=1, le=100)] = Field(
+        default=7, description="Successful backups kept; older ones and their objects are deleted."
+    )
+
+    @model_validator(mode="after")
+    def _schedule_not_too_often(self) -> BackupPolicy:
+        if self.schedule is not None and schedule_seconds(self.schedule) < MIN_BACKUP_PERIOD_S:
+            raise ValueError(f"backup.schedule {self.schedule!r} is more often than every 5 minutes")
+        return self
+
+
+MIN_BACKUP_PERIOD_S = 300
+_SCHEDULE_NAMES = {"@hourly": 3600, "@daily": 86400, "@weekly": 604800}
+
+
+def schedule_seconds(schedule: str) -> int:
+    """The period of a backup schedule in seconds: what "within its schedule" means for CP-9."""
+    if schedule in _SCHEDULE_NAMES:
+        return _SCHEDULE_NAMES[schedule]
+    match = re.fullmatch(BACKUP_SCHEDULE_PATTERN, schedule)
+    if match is None or match.group(2) is None:
+        raise ValueError(f"{schedule!r} is not a backup schedule (@hourly, @daily, @weekly, @every <N>m|h)")
+    return int(match.group(2)) * (60 if match.group(3) == "m" else 3600)
+
+
 class UDSVirtualMachineSpec(ApiModel):
     """What a user declares; the operator owns every child object below it."""
 
@@ -762,6 +828,7 @@ class UDSVirtualMachineSpec(ApiModel):
     allow_live_migrate_if_possible: bool = False
     firmware: Firmware | None = None
     monitoring: Monitoring = Field(default_factory=Monitoring)
+    backup: BackupPolicy | None = None
     readiness: Literal["guestAgent", "domain"] | None = Field(
         default=None,
         description=(

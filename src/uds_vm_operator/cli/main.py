@@ -27,6 +27,8 @@ COMMAND_MODULES: dict[str, str] = {
     "verify": "verify",
     "inventory": "inventory",
     "power": "power",
+    "backup": "backup",
+    "restore": "backup",
     "compliance": "compliance",
     "golden-image": "goldenimage",
     "version": "version",

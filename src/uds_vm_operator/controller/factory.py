@@ -17,6 +17,8 @@ from uds_vm_operator.runtime import kube
 from uds_vm_operator.runtime.store import ObjectStore
 
 if TYPE_CHECKING:
+    from uds_vm_operator.controller.backup import BackupController
+    from uds_vm_operator.controller.backup_schedule import BackupScheduleController
     from uds_vm_operator.controller.pool import PoolController
 
 
@@ -37,3 +39,13 @@ def pool_controller(api: kube.KubeApi, metrics: OperatorMetrics) -> PoolControll
     from uds_vm_operator.controller.pool import PoolController  # noqa: PLC0415 (its modules load on demand)
 
     return PoolController(api, metrics)
+
+
+def backup_controllers(
+    api: kube.KubeApi, metrics: OperatorMetrics
+) -> tuple[BackupController, BackupScheduleController]:
+    """The UDSVirtualMachineBackup controller and the schedule that asks it for backups."""
+    from uds_vm_operator.controller.backup import BackupController  # noqa: PLC0415 (loaded on demand)
+    from uds_vm_operator.controller.backup_schedule import BackupScheduleController  # noqa: PLC0415
+
+    return BackupController(api, metrics), BackupScheduleController(api, metrics)

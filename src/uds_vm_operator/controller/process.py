@@ -65,7 +65,7 @@ class RunOptions:
     peering_lifetime: int = DEFAULT_LIFETIME_S
     max_workers: int = 8
     log_level: str = "INFO"
-    controllers: tuple[str, ...] = ("vm", "pool")
+    controllers: tuple[str, ...] = ("vm", "pool", "backup")
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -137,7 +137,8 @@ async def _serve(options: RunOptions) -> None:
             presence.cancel()
         trimmer.cancel()
         await _cancel_and_wait(workers)
-        await _cancel_and_wait(controllers.pool_workers)
+        for task in controllers.worker_tasks:
+            await _cancel_and_wait(task)
         health.close()
         metrics_server.close()
         await api.close()
@@ -151,7 +152,8 @@ class _Controllers:
     reconciler: Reconciler
     registry: kopf.OperatorRegistry
     kopf_kinds: list[kube.Kind]
-    pool_workers: asyncio.Task[None] | None
+    worker_tasks: list[asyncio.Task[None]]
+    """The pool and backup controllers' worker pools (the VM controller's start later, in _serve)."""
 
 
 def _start_controllers(options: RunOptions, api: kube.KubeApi, metrics: OperatorMetrics) -> _Controllers:
@@ -165,13 +167,19 @@ def _start_controllers(options: RunOptions, api: kube.KubeApi, metrics: Operator
     if "vm" in options.controllers:
         reconciler.register(registry)
         kopf_kinds += VM_CONTROLLER_KINDS
-    pool_workers: asyncio.Task[None] | None = None
+    worker_tasks: list[asyncio.Task[None]] = []
     if "pool" in options.controllers:
         pools = factory.pool_controller(api, metrics)
         pools.register(registry)
         kopf_kinds += [pools.kind, kube.UDS_VM]  # a repeat is harmless: presence is checked as a set
-        pool_workers = asyncio.create_task(pools.run(), name="pool-workers")
-    return _Controllers(reconciler, registry, kopf_kinds, pool_workers)
+        worker_tasks.append(asyncio.create_task(pools.run(), name="pool-workers"))
+    if "backup" in options.controllers:
+        for controller in factory.backup_controllers(api, metrics):
+            controller.register(registry)
+            kopf_kinds.append(controller.kind)
+            task = asyncio.create_task(controller.run(), name=f"{controller.queue_name}-workers")
+            worker_tasks.append(task)
+    return _Controllers(reconciler, registry, kopf_kinds, worker_tasks)
 
 
 def _log_starting(options: RunOptions) -> None:

@@ -50,9 +50,9 @@ def add_run_parser(sub: Any) -> None:
     run.add_argument(
         "--controllers",
         type=_controllers,
-        default=("vm", "pool"),
+        default=("vm", "pool", "backup"),
         metavar="LIST",
-        help="comma-separated controllers to run: vm, pool (default vm,pool)",
+        help="comma-separated controllers to run: vm, pool, backup (default vm,pool,backup)",
     )
 
 
@@ -129,9 +129,9 @@ def _peering_lifetime(text: str) -> int:
 
 def _controllers(text: str) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
-    unknown = [name for name in names if name not in ("vm", "pool")]
+    unknown = [name for name in names if name not in ("vm", "pool", "backup")]
     if unknown or not names:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: choose from vm, pool (comma-separated), e.g. --controllers pool"
+            f"{text!r}: choose from vm, pool, backup (comma-separated), e.g. --controllers pool"
         )
     return names

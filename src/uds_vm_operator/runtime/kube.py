@@ -104,6 +104,10 @@ UPLOAD_TOKEN_REQUEST = register_kind(
 VIRTUAL_MACHINE_ACTIONS = Kind(KUBEVIRT_SUBRESOURCES_API_VERSION, "VirtualMachine", "virtualmachines")
 """Where virt-api serves a VirtualMachine's actions (``restart``, ``start``, ``stop``): its own API group.
 Not registered: it names no stored kind, only the path of those subresources."""
+VIRTUAL_MACHINE_INSTANCE_ACTIONS = Kind(
+    KUBEVIRT_SUBRESOURCES_API_VERSION, "VirtualMachineInstance", "virtualmachineinstances"
+)
+"""Where virt-api serves a running guest's agent actions (``freeze``, ``unfreeze``, ``userlist``)."""
 CRD = register_kind(
     Kind(APIEXTENSIONS_API_VERSION, "CustomResourceDefinition", "customresourcedefinitions", namespaced=False)
 )

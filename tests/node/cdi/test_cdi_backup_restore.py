@@ -1,0 +1,312 @@
+"""Issue 33: a booted guest's disk backed up to S3 and restored, verified against its record before it boots.
+
+Real: the node, CDI v1.65.0 (its HTTP import for the first disk, its S3 import for the restores), the whole
+KubeVirt v1.8.4 (the guest boots under software emulation; the freeze for the copy goes through virt-api,
+virt-handler and the guest's agent), the operator (a host process) with its copy and verifier pods running
+its image, and an S3 server that checks every request's SigV4 signature (Versity's gateway, tools/s3) on the
+node's bridge address. Played: only the provisioner (the test gives CDI's claims real node volumes).
+
+The assessor's story: a file is written inside the booted guest; `uds-vmctl backup` copies the disk (the
+guest frozen through its agent) and records its sha256; the VM and its disks are deleted; `uds-vmctl restore`
+declares a new VM, CDI brings the bytes back, the verifier checks them against the record, the VM boots and
+the file is read back over SSH. Then one byte of the stored object is flipped: a restore from it is refused
+(ChecksumVerified False) and no VM instance ever exists for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cdi_support import (
+    NODE_ADDRESS,
+    await_import,
+    await_verified,
+    bridge_image_server,
+    http_udsvm,
+    running_operator,
+    vm_status,
+)
+from kubevirt_guest import GUEST_USER, GuestKeys, booted_cloud_init, build_guest_image, make_keys, ssh
+from kubevirt_node import kubevirt_fixture, the_launcher_pod, vmi_path  # noqa: F401 (the session fixture)
+from node_cluster import NodeHandle, wait_until
+from test_cdi_kubevirt_boot import boot_times, condition_true
+
+from integration.operator_harness import OperatorProcess
+
+NAMESPACE = "cdi-backup"
+ROOT = Path(__file__).resolve().parents[3]
+VMCTL = (sys.executable, "-m", "uds_vm_operator.cli.main")
+UDSVM = "/apis/uds.dev/v1alpha1"
+BUCKET = "vm-backups"
+ACCESS_KEY, SECRET_KEY = "uds-backup", "not-a-real-secret-0123456789"
+SSH_FROM_ADMIN = {
+    "allow": [
+        {"direction": "Ingress", "podSelector": {"matchLabels": {"app": "admin"}}, "ports": [{"port": 22}]}
+    ]
+}
+RESULTS = ROOT / ".envtest" / "backup-restore.json"
+
+
+@dataclass(frozen=True)
+class S3Server:
+    endpoint: str
+    region: str
+    root: Path
+
+
+def free_port(address: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((address, 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def s3(tmp_path: Path) -> Iterator[S3Server]:
+    """Versity's S3 gateway on the node's bridge address (where pods reach it), objects as plain files."""
+    binary = subprocess.run(
+        [str(ROOT / "tools" / "s3" / "build.sh")], capture_output=True, text=True, check=False, timeout=1800
+    )
+    assert binary.returncode == 0, binary.stderr[-2000:]
+    root = tmp_path / "s3"
+    (root / BUCKET).mkdir(parents=True)  # the posix backend serves each top-level folder as a bucket
+    port = free_port(NODE_ADDRESS)
+    # CDI's importer signs with the endpoint host's first label as region ("10" for 10.244.0.1:port).
+    region = NODE_ADDRESS.split(".")[0]
+    process = subprocess.Popen(
+        [
+            binary.stdout.strip(),
+            "--access",
+            ACCESS_KEY,
+            "--secret",
+            SECRET_KEY,
+            "--region",
+            region,
+            "--port",
+            f"{NODE_ADDRESS}:{port}",
+            "posix",
+            str(root),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_until("the S3 gateway to listen", lambda: _listening(NODE_ADDRESS, port), 30, 0.2)
+        yield S3Server(f"http://{NODE_ADDRESS}:{port}", region, root)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _listening(address: str, port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex((address, port)) == 0
+
+
+@pytest.fixture
+def operator(
+    cdi: NodeHandle, kubevirt: NodeHandle, operator_image: str, cdi_ns: str, tmp_path: Path
+) -> Iterator[OperatorProcess]:
+    with running_operator(cdi, cdi_ns, tmp_path / "logs", operator_image) as process:
+        yield process
+
+
+def vmctl(node: NodeHandle, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*VMCTL, *args, "--kubeconfig", str(node.kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+
+
+def object_file(s3: S3Server, url: str) -> Path:
+    """Where the gateway keeps an object (``<root>/<bucket>/<key>``)."""
+    return s3.root / url.split("://", 1)[1].partition("/")[2]
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return "sha256:" + digest.hexdigest()
+
+
+def events(node: NodeHandle, namespace: str, name: str) -> list[str]:
+    items = node.api.items(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+    return [e["reason"] for e in items if (e.get("regarding") or {}).get("name") == name]
+
+
+def first_import(
+    node: NodeHandle, namespace: str, image: Path, *, keys: GuestKeys, s3: S3Server, tmp: Path
+) -> None:
+    """`web`: CDI's HTTP import of the guest image, with spec.backup pointing at the bucket."""
+    srv = tmp / "srv"
+    srv.mkdir()
+    served = srv / image.name
+    shutil.copyfile(image, served)
+    body = http_udsvm(namespace, "web", "", file_sha256(served), image.stat().st_size)
+    body["spec"].update(
+        {
+            "cloudInit": booted_cloud_init(keys),
+            "network": SSH_FROM_ADMIN,
+            "backup": {
+                "target": {"url": f"{s3.endpoint}/{BUCKET}/site-a", "secretRef": "backup-s3"},
+                "keep": 2,
+            },
+        }
+    )
+    with bridge_image_server(srv) as (base, _requests):
+        body["spec"]["source"]["http"]["url"] = f"{base}/{served.name}"
+        node.api.apply(body, f"{UDSVM}/namespaces/{namespace}/udsvirtualmachines/web")
+        _, dv = await_import(node, namespace, "web-dv", timeout_s=900)
+    assert dv["status"]["phase"] == "Succeeded", dv["status"]
+
+
+def restore(node: NodeHandle, namespace: str, backup: str, new_name: str) -> dict[str, Any]:
+    done = vmctl(node, "restore", backup, "--as", new_name, "-n", namespace, "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dict(json.loads(done.stdout))
+
+
+def take_backup(
+    node: NodeHandle, namespace: str, s3: S3Server, figures: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any], Path]:
+    """`uds-vmctl backup web`: Succeeded, frozen, the record equal to the stored object's sha256."""
+    started = time.monotonic()
+    done = vmctl(node, "backup", "web", "-n", namespace, "--json")
+    figures["backup_wall_s"] = round(time.monotonic() - started, 1)
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
+    backup = json.loads(done.stdout)
+    status = backup["status"]
+    assert status["phase"] == "Succeeded" and status["consistency"] == "frozen", status
+    (root,) = status["disks"]
+    stored = object_file(s3, root["object"])
+    assert stored.stat().st_size == root["bytes"]
+    assert file_sha256(stored) == root["sha256"], "the record is the sha256 of the stored bytes"
+    figures.update(backup_bytes=root["bytes"], backup_record_s=status["durationSeconds"])
+    assert {"BackupStarted", "BackupSucceeded"} <= set(events(node, namespace, backup["metadata"]["name"]))
+    print(f"backup: {json.dumps(status)}")
+    return backup, root, stored
+
+
+def assert_refused(node: NodeHandle, namespace: str, name: str, recorded: str) -> None:
+    """ChecksumVerified False naming the recorded digest, and no VMI: the KubeVirt VM stays Halted."""
+
+    def refused() -> dict[str, Any] | None:
+        vm = node.api.get(f"{UDSVM}/namespaces/{namespace}/udsvirtualmachines/{name}") or {}
+        conditions = (vm.get("status") or {}).get("conditions") or []
+        failed = any(c["type"] == "ChecksumVerified" and c["status"] == "False" for c in conditions)
+        return vm if failed else None
+
+    vm = wait_until(f"the restore {name} refused", refused, 900, 2)
+    condition = next(c for c in vm["status"]["conditions"] if c["type"] == "ChecksumVerified")
+    print(f"{name}: {condition}")
+    assert recorded in condition["message"], condition
+    assert not vm_status(node, namespace, name).get("checksumVerified")
+    assert node.api.get(vmi_path(namespace, name)) is None, f"a VMI exists for the restore {name}"
+    kv_vm = node.api.get(f"/apis/kubevirt.io/v1/namespaces/{namespace}/virtualmachines/{name}") or {}
+    assert (kv_vm.get("spec") or {}).get("runStrategy", "Halted") == "Halted", kv_vm.get("spec")
+
+
+def test_a_backed_up_guest_is_restored_verified_and_a_tampered_backup_never_boots(
+    cdi: NodeHandle, operator: OperatorProcess, cdi_ns: str, s3: S3Server, tmp_path: Path
+) -> None:
+    node = cdi
+    image = build_guest_image()
+    keys = make_keys(tmp_path)
+    node.api.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "backup-s3", "namespace": cdi_ns},
+            "stringData": {"accessKeyId": ACCESS_KEY, "secretKey": SECRET_KEY},
+        },
+        f"/api/v1/namespaces/{cdi_ns}/secrets/backup-s3",
+    )
+    admin = node.container_pid(node.client_pod(cdi_ns, "admin", {"app": "admin"}))
+    figures: dict[str, Any] = {}
+
+    # 1. A guest boots from a verified import, and a file is written inside it.
+    first_import(node, cdi_ns, image, keys=keys, s3=s3, tmp=tmp_path)
+    web = boot_times(node, cdi_ns, "web", admin, keys)
+    proof = f"written before the backup {time.time_ns()}"
+    wrote = ssh(
+        admin, web["ip"], GUEST_USER, keys.ops, f"echo '{proof}' > proof.txt && sync && cat proof.txt"
+    )
+    assert wrote.returncode == 0 and wrote.stdout.strip() == proof, wrote
+
+    # 2. Backup: the guest frozen through its agent, the disk's sha256 recorded.
+    backup, root, stored = take_backup(node, cdi_ns, s3, figures)
+    assert stored.stat().st_size >= image.stat().st_size
+    thawed = ssh(admin, web["ip"], GUEST_USER, keys.ops, "touch after-backup && echo ok")
+    assert thawed.stdout.strip() == "ok", f"the guest was left frozen: {thawed}"
+
+    # 3. The VM and its disk are deleted.
+    node.api.delete(f"{UDSVM}/namespaces/{cdi_ns}/udsvirtualmachines/web")
+    wait_until(
+        "web and its disk deleted",
+        lambda: (
+            node.api.get(f"/api/v1/namespaces/{cdi_ns}/persistentvolumeclaims/web-dv") is None
+            and node.api.get(vmi_path(cdi_ns, "web")) is None
+        ),
+        300,
+    )
+
+    # 4. Restore: CDI's S3 import, the verifier against the record, then the boot; the file is there.
+    started = time.monotonic()
+    restored = restore(node, cdi_ns, backup["metadata"]["name"], "back")
+    assert restored["spec"]["source"]["s3"]["checksum"] == root["sha256"]
+    _, dv = await_import(node, cdi_ns, "back-dv", timeout_s=900)
+    assert dv["status"]["phase"] == "Succeeded", dv["status"]
+    figures["restore_import_s"] = round(time.monotonic() - started, 1)
+
+    # 5. Meanwhile one byte of the stored backup is flipped, and a second restore is asked for.
+    with open(stored, "r+b") as handle:
+        handle.seek(root["bytes"] // 2)
+        byte = handle.read(1)
+        handle.seek(root["bytes"] // 2)
+        handle.write(bytes([byte[0] ^ 0x01]))
+    restore(node, cdi_ns, backup["metadata"]["name"], "tampered")
+
+    verified = await_verified(node, cdi_ns, "back", "the restored disk verified", 900)
+    assert verified["verifiedDigest"] == root["sha256"] and verified["verifiedBy"] == "in-cluster-verifier"
+    figures["restore_to_verified_s"] = round(time.monotonic() - started, 1)
+    back = boot_times(node, cdi_ns, "back", admin, keys)
+    figures["restore_to_login_s"] = round(time.monotonic() - started, 1)
+    read = ssh(admin, back["ip"], GUEST_USER, keys.ops, "cat proof.txt")
+    assert read.returncode == 0 and read.stdout.strip() == proof, read
+
+    # 6. The tampered restore is refused: ChecksumVerified False, halted, no VMI ever.
+    _, dv = await_import(node, cdi_ns, "tampered-dv", timeout_s=900)
+    assert dv["status"]["phase"] == "Succeeded", dv["status"]
+
+    assert_refused(node, cdi_ns, "tampered", root["sha256"])
+    assert condition_true(
+        node.api.get(f"{UDSVM}/namespaces/{cdi_ns}/udsvirtualmachines/back"), "ChecksumVerified"
+    )
+
+    figures["boot"] = {"web": web, "back": back}
+    print(f"backup/restore figures: {json.dumps(figures)}")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
