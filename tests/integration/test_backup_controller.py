@@ -205,6 +205,10 @@ def test_a_failed_copy_and_a_vm_without_a_target_fail_the_backup_with_a_clear_me
     api: Api, control_plane: Any, namespace: str
 ) -> None:
     api.apply(udsvm("plain", namespace), vm_path(namespace, "plain"))
+    private = {"target": {**TARGET, "url": "http://169.254.169.254/latest"}}
+    api.apply(udsvm("meta", namespace, backup=private), vm_path(namespace, "meta"))
+    bound_root_disk(api, namespace, "meta")
+    ask_backup(api, namespace, "meta-1", "meta")
     api.apply(udsvm("web", namespace, backup={"target": TARGET}), vm_path(namespace, "web"))
     bound_root_disk(api, namespace, "web")
     ask_backup(api, namespace, "plain-1", "plain")
@@ -214,10 +218,14 @@ def test_a_failed_copy_and_a_vm_without_a_target_fail_the_backup_with_a_clear_me
         controller, _ = factory.backup_controllers(client, metrics)
         controller.image = IMAGE
         await controller.reconcile(namespace, "plain-1")
+        await controller.reconcile(namespace, "meta-1")
         await controller.reconcile(namespace, "web-1")
 
     in_process(control_plane.kubeconfig, run)
     plain = api.get(backup_path(namespace, "plain-1"))["status"]  # type: ignore[index]
+    meta = api.get(backup_path(namespace, "meta-1"))["status"]  # type: ignore[index]
+    assert meta["phase"] == "Failed" and "169.254.169.254" in meta["message"], meta
+    assert api.get(core_path(namespace, "pods", "meta-1-copy")) is None, "nothing is sent to a private target"
     assert plain["phase"] == "Failed" and "declares no spec.backup" in plain["message"], plain
     play_pod_end(
         api,
@@ -240,7 +248,7 @@ def test_a_failed_copy_and_a_vm_without_a_target_fail_the_backup_with_a_clear_me
         for e in api.items(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
         if e["reason"] == "BackupFailed"
     ]
-    assert len(warnings) == 2 and all(e["type"] == "Warning" for e in warnings)
+    assert len(warnings) == 3 and all(e["type"] == "Warning" for e in warnings)
 
 
 def test_the_schedule_asks_for_a_backup_when_due_and_not_before(

@@ -38,6 +38,8 @@ from uds_vm_operator.api.backup import (
 from uds_vm_operator.api.models import UDSVirtualMachineSpec, parse_spec_mapping
 from uds_vm_operator.api.quantity import parse_bytes
 from uds_vm_operator.child_names import root_dv_name
+from uds_vm_operator.controller import ssrf
+from uds_vm_operator.controller.source_dns import SourceResolver
 from uds_vm_operator.controller.verification_io import verifier_image_from_env
 from uds_vm_operator.metrics import OperatorMetrics
 from uds_vm_operator.render.backup import (
@@ -96,6 +98,8 @@ class BackupController(Controller):
         self.status_writer = StatusWriter(api, BACKUP, UDSVirtualMachineBackupStatus)
         self.image = image if image is not None else verifier_image_from_env()
         self._subjects: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self.allowlist = ssrf.source_allowlist_from_env()
+        self.resolver = SourceResolver()
 
     # ------------------------------------------------------------------------------------------ wiring
 
@@ -183,6 +187,10 @@ class BackupController(Controller):
                 "the operator was not told its own image (UDS_VM_OPERATOR_IMAGE); the chart sets it",
             )
             return
+        refusal = await self._private_target(spec.backup.target.url)
+        if refusal:
+            await self._fail(backup, status, refusal)
+            return
         endpoint, bucket, prefix = backup_target_parts(spec.backup.target.url)
         disks = await self._disks(namespace, name, vm_name, prefix)
         if isinstance(disks, str):
@@ -223,6 +231,19 @@ class BackupController(Controller):
         )
         outcome.started = True
         outcome.requeue_after(RUNNING_RECHECK_S)
+
+    async def _private_target(self, url: str) -> str | None:
+        """The same lock as import sources (ADR 0016): no private, loopback, link-local or metadata target
+        unless the admin allowlist names it, since the copy pod would send the disk there."""
+        host = ssrf.internal_host(url, await self.resolver.addresses(("s3", url)))
+        if host is None or ssrf.allowlist_covers(self.allowlist, host):
+            return None
+        return (
+            f"spec.backup.target.url host {host.host} is {host.why}: private, loopback, link-local and "
+            "metadata addresses are refused as backup targets unless a cluster admin adds "
+            f"{host.entry!r} to the chart value {ssrf.ALLOWLIST_CHART_VALUE} "
+            f"(operator env {ssrf.ALLOWLIST_ENV})"
+        )
 
     async def _disks(
         self, namespace: str, backup: str, vm_name: str, prefix: str
