@@ -85,7 +85,7 @@ TEST_JOBS ?= 3
 .PHONY: test-packages test-builds test-checks
 test-packages: system-deps node-deps guest-deps image-deps ## the Debian packages every test tier needs (one after another)
 
-test-builds: envtest-bins node-bins kubevirt-images helm-bin zarf-schema zarf-bin guest-image cdi-images prometheus-image provenance-bins go-anchor scan-bins ## every build the test tiers need (run in parallel by `make test`)
+test-builds: envtest-bins node-bins kubevirt-images helm-bin zarf-schema zarf-bin guest-image cdi-images prometheus-image provenance-bins go-anchor scan-bins s3-bin ## every build the test tiers need (run in parallel by `make test`)
 
 test-checks: lint crds-check deploy-check compliance-check lock-check test-floors chart-scan ## static checks and generated-file drift
 
@@ -164,7 +164,7 @@ kubevirt-up: node-up kubevirt-images ## the whole KubeVirt on the node: virt-api
 	$(PY) tools/kubevirt/kubevirt_install.py up --state-dir $(ENVTEST_DIR)
 
 # --- A real Prometheus for the node tier (tools/prometheus): Debian's package, scraping guests through their policies ---
-.PHONY: prometheus-image
+.PHONY: prometheus-image s3-bin
 prometheus-image: image-deps ## build (or reuse) Debian bookworm's prometheus as an OCI archive in ~/.cache/uds-vm-operator; node tests push it
 	@tools/prometheus/image.sh >/dev/null
 
@@ -189,6 +189,9 @@ lock: install ## regenerate requirements.lock and requirements-build.lock with h
 
 lock-check: install ## fail if requirements.lock drifted from pyproject.toml's runtime dependencies
 	$(PY) tools/images/lock.py check
+
+s3-bin: ## build (or reuse) the Versity S3 gateway (the backup tests' object store, ADR 0020) into ~/.cache/uds-vm-operator
+	@tools/s3/build.sh >/dev/null
 
 provenance-bins: ## build (or reuse) cosign and syft from their Go modules into ~/.cache/uds-vm-operator
 	@tools/cosign/build.sh >/dev/null && tools/syft/build.sh >/dev/null

@@ -24,6 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     from uds_vm_operator.verify.command import add_verify_disk_parser  # noqa: PLC0415 (lazy: fast start)
 
     add_verify_disk_parser(sub)
+    from uds_vm_operator.backup.command import add_backup_disks_parser  # noqa: PLC0415 (lazy: fast start)
+
+    add_backup_disks_parser(sub)
     from uds_vm_operator.controller.run_command import add_run_parser  # noqa: PLC0415 (lazy: fast start)
 
     add_run_parser(sub)
@@ -40,6 +43,10 @@ def main(argv: list[str] | None = None) -> int:
         from uds_vm_operator.verify.command import run_verify_disk  # noqa: PLC0415
 
         return run_verify_disk(args)
+    if args.command == "backup-disks":
+        from uds_vm_operator.backup.command import run_backup_disks  # noqa: PLC0415
+
+        return run_backup_disks(args)
     if args.command == "run":
         from uds_vm_operator.controller.run_command import run_from_args  # noqa: PLC0415
 

@@ -243,6 +243,9 @@ def test_a_failed_copy_and_a_vm_without_a_target_fail_the_backup_with_a_clear_me
     in_process(control_plane.kubeconfig, finish)
     web = api.get(backup_path(namespace, "web-1"))["status"]  # type: ignore[index]
     assert web["phase"] == "Failed" and "SignatureDoesNotMatch" in web["message"], web
+    assert api.get(core_path(namespace, "pods", "web-1-copy")) is not None, (
+        "a failed copy pod stays for its log"
+    )
     warnings = [
         e
         for e in api.items(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")

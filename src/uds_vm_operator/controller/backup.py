@@ -31,6 +31,7 @@ from uds_vm_operator.api.backup import (
     BACKUP_API_VERSION,
     BACKUP_KIND,
     BACKUP_PLURAL,
+    RESTORED_FROM_ANNOTATION,
     UDSVirtualMachineBackupStatus,
     backup_target_parts,
     object_key,
@@ -140,7 +141,8 @@ class BackupController(Controller):
         self._subjects[(namespace, name)] = backup
         status = dict(backup.get("status") or {})
         if status.get("phase") in FINISHED:
-            await self._clean_up(namespace, name)
+            if status.get("phase") == "Succeeded":  # a failed copy pod stays for its log
+                await self._clean_up(namespace, name)
             return outcome
         pod = await self.api.get(kube.POD, namespace, copy_pod_name(name))
         if pod is None:
@@ -276,7 +278,12 @@ class BackupController(Controller):
             if (b.get("status") or {}).get("phase") == "Succeeded" and b["metadata"]["name"] != current
         ]
         done.sort(key=lambda b: str((b.get("status") or {}).get("completedAt") or ""), reverse=True)
-        older = done[max(keep - 1, 0) :]
+        # A backup a VM was restored from is its CP-10 evidence: never pruned while that VM exists.
+        vms = await self.api.list(kube.UDS_VM, namespace)
+        restored_from = {
+            ((vm.get("metadata") or {}).get("annotations") or {}).get(RESTORED_FROM_ANNOTATION) for vm in vms
+        }
+        older = [b for b in done[max(keep - 1, 0) :] if b["metadata"]["name"] not in restored_from]
         return [
             (
                 str(b["metadata"]["name"]),
@@ -296,7 +303,8 @@ class BackupController(Controller):
                 "PUT", path, body={"unfreezeTimeout": UNFREEZE_TIMEOUT}, what=f"freeze {namespace}/{vm_name}"
             )
         except KubeApiError as exc:
-            return "crash", f"the guest could not be frozen ({exc.api_message}); the copy is crash-consistent"
+            log.warning("freeze refused", extra={"backup": f"{namespace}/{vm_name}", "error": str(exc)})
+            return "crash", f"the guest could not be frozen ({exc}); the copy is crash-consistent"
         return "frozen", "the guest's filesystems were frozen through its agent for the copy"
 
     async def _thaw(self, namespace: str, vm_name: str) -> None:
@@ -322,7 +330,9 @@ class BackupController(Controller):
             await self._thaw(namespace, vm_name)
         report = termination_report(pod)
         if report.get("result") != "ok":
-            await self._fail(backup, status, f"the copy failed: {report.get('message') or 'no report'}")
+            why = f" ({status['message']})" if status.get("message") else ""
+            failed = f"the copy failed: {report.get('message') or 'no report'}{why}"
+            await self._fail(backup, status, failed, keep_pod=True)
             outcome.finished = "Failed"
             return
         started = _parse_time(status.get("startedAt"))
@@ -373,7 +383,10 @@ class BackupController(Controller):
             with contextlib.suppress(KubeApiError):
                 await self.api.delete(BACKUP, namespace, old)
 
-    async def _fail(self, backup: Mapping[str, Any], status: dict[str, Any], message: str) -> None:
+    async def _fail(
+        self, backup: Mapping[str, Any], status: dict[str, Any], message: str, *, keep_pod: bool = False
+    ) -> None:
+        """Record the failure; a failed copy pod is kept for its log (deleted with the backup)."""
         meta = backup["metadata"]
         vm_name = str((backup.get("spec") or {}).get("vmName") or "")
         now = self.clock()
@@ -381,7 +394,8 @@ class BackupController(Controller):
         await self.status_writer.publish(backup, desired)
         self.metrics.record_backup(str(meta["namespace"]), vm_name, "failure")
         await self.emit(backup, "Warning", "BackupFailed", message)
-        await self._clean_up(str(meta["namespace"]), str(meta["name"]))
+        if not keep_pod:
+            await self._clean_up(str(meta["namespace"]), str(meta["name"]))
 
     async def _clean_up(self, namespace: str, name: str) -> None:
         """The copy pod and its policy go once the backup's record is written (the policy last)."""

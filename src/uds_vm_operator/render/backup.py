@@ -206,7 +206,8 @@ def render_copy_pod(owner: BackupOwner, request: CopyRequest) -> dict[str, Any]:
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "terminationMessagePath": TERMINATION_LOG_PATH,
-        "terminationMessagePolicy": "File",
+        # A crash before the report (an import error, a usage error) still says why: the log's tail.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     mounts = [
         {"name": f"disk-{i}", "mountPath": _mount_path(i), "readOnly": True}

@@ -42,8 +42,8 @@ from cdi_support import (
 from kubevirt_guest import GUEST_USER, GuestKeys, booted_cloud_init, build_guest_image, make_keys, ssh
 from kubevirt_node import kubevirt_fixture, the_launcher_pod, vmi_path  # noqa: F401 (the session fixture)
 from node_cluster import NodeHandle, wait_until
-from test_cdi_kubevirt_boot import boot_times, condition_true
 
+from cdi.test_cdi_kubevirt_boot import boot_times, condition_true
 from integration.operator_harness import OperatorProcess
 
 NAMESPACE = "cdi-backup"
@@ -248,7 +248,9 @@ def test_a_backed_up_guest_is_restored_verified_and_a_tampered_backup_never_boot
     figures: dict[str, Any] = {}
 
     # 1. A guest boots from a verified import, and a file is written inside it.
+    started = time.monotonic()
     first_import(node, cdi_ns, image, keys=keys, s3=s3, tmp=tmp_path)
+    figures["first_http_import_s"] = round(time.monotonic() - started, 1)  # CDI's own HTTP import, same bytes
     web = boot_times(node, cdi_ns, "web", admin, keys)
     proof = f"written before the backup {time.time_ns()}"
     wrote = ssh(
