@@ -474,7 +474,7 @@ def evidence(demo: Demo) -> None:
         "uds-vmctl compliance validate",
         f"{satisfied} of {total} controls satisfied by the live objects (exit {compliance.returncode}); "
         "the rest are what this demo VM does not declare (a BIOS Debian image: no secure boot, no FIPS mode, "
-        "no auto-updates, no Retain data disk), each reason above",
+        "no auto-updates, no Retain data disk, no spec.backup for CP-9/CP-10), each reason above",
     )
 
 

@@ -1,12 +1,14 @@
 """`uds-vmctl compliance validate` against the real API server: a compliant VM's children (rendered by the
-operator's renderers, created with the admin client) satisfy every control; tampering each piece of
-evidence on the live objects flips exactly the matching control."""
+operator's renderers, created with the admin client) and its backup evidence (UDSVirtualMachineBackups, a VM
+restored from one of them) satisfy every control; tampering each piece of evidence on the live objects flips
+exactly the matching control."""
 
 from __future__ import annotations
 
 import copy
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,63 +19,87 @@ from lightkube.types import PatchType
 from kube_helpers import apply_strict, as_resource, create_strict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from compliance_fixtures import TAMPERS, chart_clusterroles, children, udsvm
+from compliance_fixtures import TAMPERS, chart_clusterroles, compliant_objects
 from operator_fixtures import compliance_validate
 
 UDSVM = create_namespaced_resource("uds.dev", "v1alpha1", "UDSVirtualMachine", "udsvirtualmachines")
+UDSVM_BACKUP = create_namespaced_resource(
+    "uds.dev", "v1alpha1", "UDSVirtualMachineBackup", "udsvirtualmachinebackups"
+)
+WITH_STATUS = {"UDSVirtualMachine": UDSVM, "UDSVirtualMachineBackup": UDSVM_BACKUP}
 VM = "web"
+RESTORED = f"{VM}-restored"
+
+
+def create_with_status(client: Client, obj: dict[str, Any]) -> str:
+    """Create a uds.dev object, then write its status through the status subresource; its uid."""
+    body = copy.deepcopy(obj)
+    status = body.pop("status")
+    body["metadata"].pop("uid", None)
+    created = create_strict(client, body)
+    resource = WITH_STATUS[obj["kind"]]
+    client.patch(
+        resource.Status,
+        obj["metadata"]["name"],
+        {"status": status},
+        namespace=obj["metadata"]["namespace"],
+        patch_type=PatchType.MERGE,
+    )
+    return str(created.metadata.uid)
 
 
 def create_compliant_vm(client: Client, namespace: str) -> list[dict[str, Any]]:
-    vm = udsvm(VM, namespace)
-    status = vm.pop("status")
-    vm["metadata"].pop("uid")
-    created = create_strict(client, vm)
-    uid = created.metadata.uid
-    client.patch(UDSVM.Status, VM, {"status": status}, namespace=namespace, patch_type=PatchType.MERGE)
-    objects = children(VM, namespace, uid=uid)
+    """Both VMs first (their children's ownerReferences need the uids the server gives), then the rest."""
+    now = datetime.now(UTC)
+    sketch = compliant_objects(VM, namespace, now=now)
+    uids = {
+        obj["metadata"]["name"]: create_with_status(client, obj)
+        for obj in sketch
+        if obj["kind"] == "UDSVirtualMachine"
+    }
+    objects = compliant_objects(VM, namespace, uid=uids[VM], now=now, restored_uid=uids[RESTORED])
     for obj in objects:
-        create_strict(client, obj)
+        if obj["kind"] == "UDSVirtualMachineBackup":
+            create_with_status(client, obj)
+        elif obj["kind"] != "UDSVirtualMachine":
+            create_strict(client, obj)
     for role in chart_clusterroles():
         apply_strict(client, role)
-    live_vm = udsvm(VM, namespace, uid=uid)
-    return [live_vm, *objects, *chart_clusterroles()]
+    return [*objects, *chart_clusterroles()]
 
 
 def validate(kubeconfig: Path, namespace: str, tmp_path: Path) -> tuple[int, dict[str, str]]:
+    """The exit code, and the controls of ``web`` (the restored VM is judged too, not asserted here)."""
     out = tmp_path / "assessment-results.yaml"
     result = compliance_validate(kubeconfig, namespace, out)
     assert out.is_file()
     assert result.stdout.strip(), result.output
     summary = json.loads(result.stdout)
-    (vm,) = summary["vms"]
+    assert sorted(vm["name"] for vm in summary["vms"]) == [VM, RESTORED]
+    (vm,) = [vm for vm in summary["vms"] if vm["name"] == VM]
     return result.exit_code, vm["controls"]
 
 
 def reapply(client: Client, obj: dict[str, Any], namespace: str) -> None:
-    if obj["kind"] == "UDSVirtualMachine":
-        # JSON merge patch: a removed checksum must be sent as null to be deleted.
-        upload = obj["spec"]["source"]["upload"] or {"checksum": None}
-        client.patch(
-            UDSVM,
-            VM,
-            {"spec": {"source": {"upload": upload}}},
-            namespace=namespace,
-            patch_type=PatchType.MERGE,
-        )
-        client.patch(
-            UDSVM.Status, VM, {"status": obj["status"]}, namespace=namespace, patch_type=PatchType.MERGE
-        )
-        return
-    # PUT the whole object: the tampered fields replace the live ones whoever owns them.
-    live = client.get(
-        type(as_resource(obj)), obj["metadata"]["name"], namespace=obj["metadata"].get("namespace")
-    )
+    """PUT the whole object (the tampered fields replace the live ones whoever owns them); for a uds.dev
+    object also its status, through the status subresource, clearing fields the object no longer has."""
+    resource = type(as_resource(obj))
+    name = obj["metadata"]["name"]
+    live = client.get(resource, name, namespace=obj["metadata"].get("namespace"))
     body = copy.deepcopy(obj)
     body["metadata"]["resourceVersion"] = live.metadata.resourceVersion
     body["metadata"].pop("uid", None)
-    res = as_resource(body)
-    client.replace(res)
+    client.replace(as_resource(body))
+    if obj["kind"] in WITH_STATUS:
+        live_status = dict(live.status or {})
+        status = {key: None for key in live_status if key not in obj["status"]} | obj["status"]
+        client.patch(
+            WITH_STATUS[obj["kind"]].Status,
+            name,
+            {"status": status},
+            namespace=namespace,
+            patch_type=PatchType.MERGE,
+        )
 
 
 def test_live_evidence_satisfies_every_control_and_each_tamper_flips_one(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from compliance_fixtures import chart_clusterroles, children, snapshot_of, udsvm
+from compliance_fixtures import chart_clusterroles, compliant_objects, find, snapshot_of
 from trestle.oscal.assessment_results import AssessmentResults
 from trestle.oscal.component import ComponentDefinition
 from typer.testing import CliRunner
@@ -22,7 +22,7 @@ from uds_vm_operator.compliance.validation import packaged_validations, parse_va
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPONENT = ROOT / "compliance" / "oscal-component.yaml"
-REQUIRED_CONTROLS = {"sc-7", "ac-3", "ia-5", "si-7", "ac-6", "cm-6", "sc-13", "si-2", "cp-9"}
+REQUIRED_CONTROLS = {"sc-7", "ac-3", "ia-5", "si-7", "ac-6", "cm-6", "sc-13", "si-2", "cp-9", "cp-10"}
 
 
 def test_component_definition_passes_trestle() -> None:
@@ -85,8 +85,9 @@ def test_malformed_validations_are_refused_with_a_reason(text: str, message: str
 
 def test_assessment_results_pass_trestle(tmp_path: Path) -> None:
     controls = load_component_definition(COMPONENT)
-    objects = [udsvm("web", "apps"), *children("web", "apps"), *chart_clusterroles()]
-    objects[0]["status"]["checksumVerified"] = False
+    # The compliant VM and its backup evidence: two VMs (web and the VM restored from its backup).
+    objects = [*compliant_objects("web", "apps"), *chart_clusterroles()]
+    find(objects, "UDSVirtualMachine", "web")["status"]["checksumVerified"] = False
     findings = assess(controls, snapshot_of(objects))
     now = datetime.now(UTC)
     doc = build_assessment_results(
@@ -99,10 +100,11 @@ def test_assessment_results_pass_trestle(tmp_path: Path) -> None:
     path = tmp_path / "assessment-results.yaml"
     path.write_text(yaml.safe_dump(doc))
     results = AssessmentResults.oscal_read(path).results[0]
-    assert len(results.observations) == len(controls)  # one per validation and VM
-    states = {f.target.target_id: f.target.status.state.value for f in results.findings}
-    assert states["si-7_smt"] == "not-satisfied"
-    assert {s for t, s in states.items() if t != "si-7_smt"} == {"satisfied"}
+    assert len(results.observations) == 2 * len(controls)  # one per validation and VM
+    states = {f.title: f.target.status.state.value for f in results.findings}
+    assert len(states) == 2 * len(controls)
+    assert states["si-7 apps/web"] == "not-satisfied"
+    assert {s for t, s in states.items() if t != "si-7 apps/web"} == {"satisfied"}
 
 
 def test_cli_reports_usage_errors_with_exit_2(tmp_path: Path) -> None:

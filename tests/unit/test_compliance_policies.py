@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime
 
 import pytest
-from compliance_fixtures import TAMPERS, chart_clusterroles, children, snapshot_of, udsvm
+from compliance_fixtures import (
+    TAMPERS,
+    backup_evidence,
+    chart_clusterroles,
+    children,
+    compliant_objects,
+    snapshot_of,
+    udsvm,
+)
 
 from uds_vm_operator.compliance.component import LinkedControl, load_component_definition
 from uds_vm_operator.compliance.controls import CONTROLS
@@ -13,6 +22,7 @@ from uds_vm_operator.compliance.evaluate import VM_API, assess
 
 VM = "web"
 NS = "apps"
+NOW = datetime(2026, 12, 3, 22, 0, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
@@ -20,18 +30,26 @@ def controls() -> list[LinkedControl]:
     return load_component_definition(None)
 
 
-def compliant_objects() -> list[dict]:
-    return [udsvm(VM, NS), *children(VM, NS), *chart_clusterroles()]
+def compliant_namespace() -> list[dict]:
+    """The compliant VM with its children and backup evidence (which brings the restored VM), and RBAC."""
+    return [*compliant_objects(VM, NS, now=NOW), *chart_clusterroles()]
 
 
 def states(controls: list[LinkedControl], objects: list[dict]) -> dict[str, bool]:
-    findings = assess(controls, snapshot_of(objects))
+    findings = assess(controls, snapshot_of(objects), now=NOW)
     return {f.control_id: f.satisfied for f in findings if f.vm.name == VM}
 
 
 def test_a_compliant_vm_satisfies_every_control(controls: list[LinkedControl]) -> None:
-    result = states(controls, compliant_objects())
+    result = states(controls, compliant_namespace())
     assert result == {c.control_id: True for c in CONTROLS}
+
+
+def test_every_vm_of_the_compliant_namespace_satisfies_every_control(controls: list[LinkedControl]) -> None:
+    """The restored VM the backup evidence brings is itself compliant, so it adds no failure of its own."""
+    findings = assess(controls, snapshot_of(compliant_namespace()), now=NOW)
+    assert {str(f.vm) for f in findings} == {f"{NS}/{VM}", f"{NS}/{VM}-restored"}
+    assert [(str(f.vm), f.control_id) for f in findings if not f.satisfied] == []
 
 
 @pytest.mark.parametrize("tamper", sorted(TAMPERS))
@@ -39,7 +57,7 @@ def test_tampering_one_piece_of_evidence_flips_exactly_its_control(
     controls: list[LinkedControl], tamper: str
 ) -> None:
     control_id, change = TAMPERS[tamper]
-    objects = copy.deepcopy(compliant_objects())
+    objects = copy.deepcopy(compliant_namespace())
     change(objects, VM)
     result = states(controls, objects)
     flipped = sorted(c for c, ok in result.items() if not ok)
@@ -50,23 +68,27 @@ def test_missing_children_are_not_satisfied_rather_than_passing_vacuously(
     controls: list[LinkedControl],
 ) -> None:
     result = states(controls, [udsvm(VM, NS), *chart_clusterroles()])
-    assert not any(result[c] for c in ("sc-7", "ac-3", "ia-5", "sc-13", "si-2", "cm-6", "cp-9"))
+    assert not any(result[c] for c in ("sc-7", "ac-3", "ia-5", "sc-13", "si-2", "cm-6", "cp-9", "cp-10"))
     assert result["si-7"] and result["ac-6"]  # their evidence lives on the VM status and the RBAC
 
 
 def test_each_vm_is_judged_on_its_own_evidence(controls: list[LinkedControl]) -> None:
-    objects = [*compliant_objects(), udsvm("db", NS, uid="00000000-0000-4000-8000-000000000002")]
-    objects += children("db", NS, uid="00000000-0000-4000-8000-000000000002")
+    objects = [
+        *compliant_namespace(),
+        *compliant_objects("db", NS, "00000000-0000-4000-8000-000000000002", NOW),
+    ]
     TAMPERS["ssh-password-auth"][1](objects, "db")
-    findings = assess(controls, snapshot_of(objects))
+    findings = assess(controls, snapshot_of(objects), now=NOW)
     failing = {(str(f.vm), f.control_id) for f in findings if not f.satisfied}
     assert failing == {(f"{NS}/db", "ia-5")}
 
 
 def test_objects_of_another_namespace_are_not_evidence(controls: list[LinkedControl]) -> None:
     objects = [udsvm(VM, NS), *children(VM, "elsewhere"), *chart_clusterroles()]
+    objects += backup_evidence(VM, "elsewhere", now=NOW)
     result = states(controls, objects)
     assert not result["sc-7"] and not result["ia-5"]
+    assert not result["cp-9"] and not result["cp-10"]  # backups and restores of another namespace
 
 
 def test_no_vm_means_no_findings(controls: list[LinkedControl]) -> None:
@@ -106,8 +128,8 @@ def test_the_opt_in_cluster_flavour_of_the_chart_fails_ac6_naming_secrets_and_po
         for doc in yaml.safe_load_all(rendered)
         if doc and doc["kind"] in ("ClusterRole", "ClusterRoleBinding")
     ]
-    objects = [udsvm(VM, NS), *children(VM, NS), *rbac]
-    findings = [f for f in assess(controls, snapshot_of(objects)) if f.vm.name == VM]
+    objects = [*compliant_objects(VM, NS, now=NOW), *rbac]
+    findings = [f for f in assess(controls, snapshot_of(objects), now=NOW) if f.vm.name == VM]
     ac6 = next(f for f in findings if f.control_id == "ac-6")
     assert not ac6.satisfied
     text = " ".join(line for o in ac6.observations for line in o.verdict.observations)

@@ -8,7 +8,15 @@ from typing import Any
 
 import pytest
 import yaml
-from compliance_fixtures import SPEC, STATUS, chart_clusterroles, edit_userdata, find, snapshot_of
+from compliance_fixtures import (
+    SPEC,
+    STATUS,
+    backup_evidence,
+    chart_clusterroles,
+    edit_userdata,
+    find,
+    snapshot_of,
+)
 
 from uds_vm_operator.api.models import parse_vm_spec
 from uds_vm_operator.compliance.assessment import build_assessment_results
@@ -35,7 +43,8 @@ def debian_spec(fips: bool = True) -> dict[str, Any]:
 
 
 def debian_objects(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    """The Debian VM as the API returns it plus every child the operator renders for it."""
+    """The Debian VM as the API returns it plus every child the operator renders for it, and its backup
+    evidence (CP-9, CP-10)."""
     owner = Owner(VM, NS, UID)
     parsed = parse_vm_spec(spec)
     vm = {
@@ -51,6 +60,7 @@ def debian_objects(spec: dict[str, Any]) -> list[dict[str, Any]]:
         render_cloudinit_secret(owner, parsed),
         render_virtual_machine(owner, parsed, ClusterFacts(cdi_http_checksum=True)),
         *render_data_disks(owner, parsed),
+        *backup_evidence(VM, NS, UID),
         *chart_clusterroles(),
     ]
 

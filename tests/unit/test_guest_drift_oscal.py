@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from compliance_fixtures import SPEC, chart_clusterroles, children, snapshot_of, udsvm
+from compliance_fixtures import SPEC, backup_evidence, chart_clusterroles, children, snapshot_of, udsvm
 
 from uds_vm_operator.api.models import parse_vm_spec
 from uds_vm_operator.compliance.component import LinkedControl, load_component_definition
@@ -56,7 +56,8 @@ def controls(request: pytest.FixtureRequest) -> list[LinkedControl]:
 def monitored_objects(
     name: str = VM, uid: str = UID, guest: dict[str, Any] | None = None
 ) -> list[dict[str, Any]]:
-    """The compliant fixture VM with spec.monitoring on, its children, and ``status.guest``."""
+    """The compliant fixture VM with spec.monitoring on, its children, its backup evidence (CP-9, CP-10),
+    and ``status.guest``."""
     owner = Owner(name, NS, uid)
     spec = parse_vm_spec(MONITORED_SPEC)
     vm = udsvm(name, NS, uid=uid)
@@ -69,6 +70,7 @@ def monitored_objects(
         render_cloudinit_secret(owner, spec),
         render_virtual_machine(owner, spec, ClusterFacts(cdi_http_checksum=True)),
         *render_data_disks(owner, spec),
+        *backup_evidence(name, NS, uid),
     ]
 
 
@@ -110,7 +112,7 @@ def test_a_monitored_guest_satisfies_the_controls_it_reports_on(controls: list[L
         result = findings(controls, [*monitored_objects(guest=guest), *chart_clusterroles()])
         assert [
             c
-            for c in ("ac-3", "ia-5", "si-2", "sc-13", "si-7", "cm-6", "cp-9", "ac-6")
+            for c in ("ac-3", "ia-5", "si-2", "sc-13", "si-7", "cm-6", "cp-9", "cp-10", "ac-6")
             if not result[c].satisfied
         ] == []
     assert drift_flips(controls, hardened) == []
@@ -134,7 +136,7 @@ def test_on_a_fully_compliant_vm_drift_flips_exactly_its_control(
     """The shared compliant fixture (every control satisfied) with a guest status: nothing else moves."""
     vm = udsvm(VM, NS)
     vm["status"]["guest"] = drifted(DRIFT[control_id])
-    result = findings(controls, [vm, *children(VM, NS), *chart_clusterroles()])
+    result = findings(controls, [vm, *children(VM, NS), *backup_evidence(VM, NS), *chart_clusterroles()])
     assert sorted(c for c, f in result.items() if not f.satisfied) == [control_id]
 
 

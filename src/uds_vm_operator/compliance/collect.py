@@ -34,6 +34,7 @@ KINDS = {
     ("rbac.authorization.k8s.io", "v1", "clusterroles"): "ClusterRole",
     ("rbac.authorization.k8s.io", "v1", "clusterrolebindings"): "ClusterRoleBinding",
     ("uds.dev", "v1alpha1", "udsvirtualmachines"): "UDSVirtualMachine",
+    ("uds.dev", "v1alpha1", "udsvirtualmachinebackups"): "UDSVirtualMachineBackup",
 }
 
 

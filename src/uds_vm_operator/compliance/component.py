@@ -25,7 +25,7 @@ from uds_vm_operator.compliance.validation import Validation, packaged_validatio
 
 OSCAL_VERSION = "1.1.2"
 # Fixed, so regenerating without changes is byte-identical; bump when the controls or validations change.
-LAST_MODIFIED = "2026-12-03T00:00:00+00:00"
+LAST_MODIFIED = "2026-12-03T22:00:00+00:00"
 _NAMESPACE = uuid.UUID("6f1c3a53-8e8e-4c0e-9b55-7b6a0e0c1a11")
 LULA_NS = "https://docs.lula.dev/oscal/ns"
 

@@ -53,8 +53,22 @@ CONTROLS: tuple[ControlImplementation, ...] = (
         "cp-9",
         "System Backup",
         "VM data lives on Retain data disks (<vm>-data-<disk>, label uds.dev/retain=true, no ownerReference) "
-        "that survive deletion of the VM and are re-attached when it is recreated.",
-        "vm-retained-data-disks",
+        "that survive deletion of the VM and are re-attached when it is recreated. Each VM declares "
+        "spec.backup: the operator copies its disks to the site's S3 target and records each disk's sha256 "
+        "in a UDSVirtualMachineBackup (label uds.dev/vm). A VM with a schedule needs a Succeeded backup with "
+        "its root-disk record completed within twice the schedule's period; an on-demand VM (no schedule) "
+        "needs one Succeeded backup. A VM without spec.backup fails the control.",
+        "vm-backups",
+    ),
+    ControlImplementation(
+        "cp-10",
+        "System Recovery and Reconstitution",
+        "A VM restored from a backup (annotation uds.dev/restored-from) declares the backup's root-disk "
+        "sha256 as spec.source.s3.checksum and stays off until SI-7 verified the restored bytes against that "
+        "record. A restored VM satisfies the control once its backup Succeeded and the verification passed "
+        "with that digest; a VM declaring spec.backup satisfies it once a VM of its namespace is such a "
+        "verified restore of one of its backups. A VM with neither fails it.",
+        "vm-verified-restore",
     ),
     ControlImplementation(
         "ia-5",

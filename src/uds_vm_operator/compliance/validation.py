@@ -19,6 +19,8 @@ from uds_vm_operator.compliance.errors import ComponentDefinitionError
 UUID_PATTERN = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[1-5][0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 VM_RESOURCE = "udsvms"
 """The resource name every per-VM validation lists the UDSVirtualMachines under."""
+CLOCK_INPUT = "now_ns"
+"""The input key holding the evaluation's clock (see ``evaluate``); no resource may take this name."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,10 @@ def parse_validation(text: str, where: str = "validation") -> Validation:
     rules = []
     for item in _require(spec, "resources", where):
         rule = _require(item, "resource-rule", f"{where} resource {item.get('name')!r}")
+        if item.get("name") == CLOCK_INPUT:
+            raise ComponentDefinitionError(
+                f"{where}: resource name {CLOCK_INPUT!r} is reserved for the evaluation's clock; rename it"
+            )
         rules.append(
             ResourceRule(
                 name=str(_require(item, "name", where)),
