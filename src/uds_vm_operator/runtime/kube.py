@@ -190,10 +190,15 @@ class KubeApi:
         body: Mapping[str, Any] | None = None,
         params: Mapping[str, str] | None = None,
         content_type: str = "application/json",
+        accept: str = "application/json",
         what: str,
     ) -> dict[str, Any] | None:
-        """Send one request; return the decoded body, ``None`` on 404, raise on other errors."""
-        headers = {"Accept": "application/json"}
+        """Send one request; return the decoded body, ``None`` on 404, raise on other errors.
+
+        ``accept``: virt-api's guest-agent actions (freeze, unfreeze) declare no response type and answer a
+        bare ``application/json`` with 406; they are sent ``application/json, */*`` as virtctl does.
+        """
+        headers = {"Accept": accept}
         content = None
         if body is not None:
             content = json.dumps(body).encode()
@@ -211,6 +216,8 @@ class KubeApi:
             raise KubeApiError(response.status_code, reason, message, what=what)
         if not response.content:
             return {}
+        if accept != "application/json" and "json" not in response.headers.get("content-type", ""):
+            return {}  # an action's plain-text acknowledgement: success is the status code
         decoded: dict[str, Any] = response.json()
         return decoded
 
