@@ -33,6 +33,7 @@ def exported_series_names() -> set[str]:
     metrics.reconcile_total.labels(status="success").inc()
     metrics.reconcile_duration_seconds.observe(0.1)
     metrics.pool_replicas.labels(pool="p", namespace="apps", state="ready").set(1)
+    metrics.record_backup("apps", "web", "success", size_bytes=1, duration_s=1.0, finished_at=1.0)
     text = generate_latest(metrics.registry).decode()
     return {sample.name for family in text_string_to_metric_families(text) for sample in family.samples}
 
