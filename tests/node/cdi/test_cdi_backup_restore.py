@@ -139,6 +139,13 @@ def vmctl(node: NodeHandle, *args: str, timeout: int = 1800) -> subprocess.Compl
     )
 
 
+def compliance(node: NodeHandle, namespace: str) -> dict[str, dict[str, str]]:
+    """`uds-vmctl compliance validate --json`: VM -> control -> result."""
+    done = vmctl(node, "compliance", "validate", "-n", namespace, "--json", timeout=300)
+    assert done.returncode in (0, 1) and done.stdout.strip(), done.stderr[-2000:]
+    return {vm["name"]: vm["controls"] for vm in json.loads(done.stdout)["vms"]}
+
+
 def object_file(s3: S3Server, url: str) -> Path:
     """Where the gateway keeps an object (``<root>/<bucket>/<key>``)."""
     return s3.root / url.split("://", 1)[1].partition("/")[2]
@@ -216,7 +223,10 @@ def assert_refused(node: NodeHandle, namespace: str, name: str, recorded: str) -
     def refused() -> dict[str, Any] | None:
         vm = node.api.get(f"{UDSVM}/namespaces/{namespace}/udsvirtualmachines/{name}") or {}
         conditions = (vm.get("status") or {}).get("conditions") or []
-        failed = any(c["type"] == "ChecksumVerified" and c["status"] == "False" for c in conditions)
+        failed = any(
+            c["type"] == "ChecksumVerified" and c["status"] == "False" and c["reason"] == "ChecksumMismatch"
+            for c in conditions
+        )
         return vm if failed else None
 
     vm = wait_until(f"the restore {name} refused", refused, 900, 2)
@@ -307,6 +317,10 @@ def test_a_backed_up_guest_is_restored_verified_and_a_tampered_backup_never_boot
     assert condition_true(
         node.api.get(f"{UDSVM}/namespaces/{cdi_ns}/udsvirtualmachines/back"), "ChecksumVerified"
     )
+
+    controls = compliance(node, cdi_ns)
+    assert controls["back"]["cp-10"] == "satisfied", controls["back"]
+    assert controls["tampered"]["cp-10"] == "not-satisfied", controls["tampered"]
 
     figures["boot"] = {"web": web, "back": back}
     print(f"backup/restore figures: {json.dumps(figures)}")
