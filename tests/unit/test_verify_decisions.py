@@ -513,3 +513,19 @@ def test_unaligned_raw_image_is_verified_against_the_content_digest_of_its_recor
 
 def _with_pod(obs: VerificationInput, pod: dict[str, Any]) -> VerificationInput:
     return dataclasses.replace(obs, verifier_pod=pod)
+
+
+def test_a_restore_whose_backup_was_altered_is_refused_naming_the_backup_and_its_record(
+    tmp_path: Path,
+) -> None:
+    tampered = bytearray(IMAGE)
+    tampered[len(IMAGE) // 2] ^= 0x01
+    restored = {"source_kind": "s3", "restored_from": "web-20261203-220509"}
+    pod = started_pod(observe(**restored))
+    message, code = run_verifier(tmp_path, bytes(tampered), DECLARED)
+    outcome = decide(observe(**restored, verifier_pod=terminate(pod, message, code)))
+    assert outcome.state == "failed" and outcome.hold_vm
+    assert outcome.condition[:2] == ("False", "ChecksumMismatch")
+    text = outcome.condition.message
+    assert text.startswith("Restore refused:") and "backup web-20261203-220509" in text and DECLARED in text
+    assert "imageRecord" not in text, "no image-record advice for a restore"

@@ -179,6 +179,9 @@ class VerificationInput:
     """The referenced ConfigMap does not exist (yet): wait for it rather than fail."""
     verifier_image: str | None = None
     """The operator's own image; without it the verifier cannot run."""
+    restored_from: str | None = None
+    """The backup a restored VM's disk came from (annotation ``uds.dev/restored-from``): its record is the
+    declared digest, and a mismatch means the stored backup was altered."""
 
 
 @dataclass(frozen=True)
@@ -353,6 +356,8 @@ def _expected_content(obs: VerificationInput, declared: Digest) -> tuple[Digest,
     record = obs.image_record
     if record is not None and record.content_sha256 is not None:
         return record.content_sha256, f"the raw-content digest in image record {record.name}"
+    if obs.restored_from:
+        return declared, f"the sha256 backup {obs.restored_from} recorded when it copied this disk"
     return declared, "the declared digest"
 
 
@@ -518,7 +523,13 @@ def _mismatch(
         + ("" if expected == declared else f" (declared {declared})")
         + "."
     )
-    if expected == declared:
+    if origin.startswith("the sha256 backup"):
+        message = (
+            f"Restore refused: {origin} is {expected}, but the restored disk has {actual}; the stored "
+            "backup was altered or damaged after it was recorded. The VM stays off and the disk is kept as "
+            "evidence; restore from another backup."
+        )
+    elif expected == declared:
         # The verifier hashes what CDI wrote (raw content): a declared *file* digest only equals it for raw
         # images whose size is a whole number of 512-byte sectors.
         message += (

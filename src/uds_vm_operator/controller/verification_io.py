@@ -17,6 +17,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from uds_vm_operator.api.backup import RESTORED_FROM_ANNOTATION
 from uds_vm_operator.api.models import UDSVirtualMachineSpec
 from uds_vm_operator.controller.verification import (
     VERIFIER_FIELD_MANAGER,
@@ -70,6 +71,9 @@ async def observe_verification(
         datavolume=datavolume,
         image_record_name=record_name,
         verifier_image=verifier_image,
+        restored_from=((owner_body.get("metadata") or {}).get("annotations") or {}).get(
+            RESTORED_FROM_ANNOTATION
+        ),
     )
     if spec.declared_checksum is None:
         return decide(inputs)
