@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
-from operator_fixtures import api, core_path, udsvm, vm_path
+import pytest
+from operator_fixtures import api, core_path, release_pvcs, udsvm, vm_path
 from operator_harness import Api
 
 from uds_vm_operator.controller import factory
@@ -21,6 +22,22 @@ from uds_vm_operator.metrics import OperatorMetrics
 from uds_vm_operator.runtime import kube
 
 __all__ = ["api"]  # fixture used by name
+
+
+@pytest.fixture(autouse=True)
+def no_pod_left(api: Api, namespace: str) -> Iterator[None]:
+    """envtest runs no kubelet and no pvc-protection controller: the copy pods are removed at once (grace 0)
+    and the claims released when each test ends, or the namespace would stay Terminating."""
+    yield
+    release_pvcs(api, namespace)
+    for pod in api.items(core_path(namespace, "pods")):
+        api.call(
+            "DELETE",
+            core_path(namespace, "pods", pod["metadata"]["name"]),
+            {"gracePeriodSeconds": 0},
+            expect=(200, 202, 404),
+        )
+
 
 T = TypeVar("T")
 BACKUPS = "/apis/uds.dev/v1alpha1/namespaces/{ns}/udsvirtualmachinebackups"
