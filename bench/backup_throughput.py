@@ -37,30 +37,29 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.image_env import image_environment
-from uds_vm_operator.backup.s3 import EMPTY_SHA256, S3Client, region_of
+from uds_vm_operator.backup.s3 import EMPTY_SHA256
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "tests") not in sys.path:
+    sys.path.insert(0, str(ROOT / "tests"))
+
+from s3_gateway import ACCESS_KEY, SECRET_KEY, Gateway, running_gateway  # noqa: E402 (tests/ on sys.path)
 
 MIB = 1 << 20
 ROUNDS = 3
-ROOT = Path(__file__).resolve().parents[1]
-BUILD_SCRIPT = ROOT / "tools" / "s3" / "build.sh"
 IMAGE_SCRIPT = ROOT / "tools" / "guest" / "image.sh"
 GUEST_RAW = ROOT / ".envtest" / "guest" / "debian-12.raw"
-ACCESS_KEY = "uds-backup-bench"
-SECRET_KEY = "uds-backup-bench-secret"
 BUCKET = "bench-backups"
 PART_MIB = 32  # backup-disks' default, named for the record
 RUN_TIMEOUT_S = 1800
@@ -84,27 +83,6 @@ class Sample:
             "max_rss_mib": round(self.max_rss_kib / 1024, 1),
             "gateway_cpu_s": round(self.gateway_cpu_s, 3),
         }
-
-
-@dataclass(frozen=True)
-class Gateway:
-    """A running versitygw: its PID, endpoint, signing region and the directory holding its buckets."""
-
-    pid: int
-    version: str
-    endpoint: str
-    region: str
-    root: Path
-
-    def url(self, key: str) -> str:
-        return f"{self.endpoint}/{BUCKET}/{key}"
-
-    def client(self) -> S3Client:
-        return S3Client(self.endpoint, self.region, ACCESS_KEY, SECRET_KEY, timeout_s=60, attempts=1)
-
-    def object_file(self, key: str) -> Path:
-        """Where the posix backend keeps an object: ``<root>/<bucket>/<key>``."""
-        return self.root / BUCKET / key
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -136,64 +114,6 @@ def _measure(command: list[str], gateway: Gateway, env: dict[str, str] | None = 
             name = " ".join(command[:3])
             raise RuntimeError(f"{name} ... exited {process.returncode}:\n{stdout[-2000:]}\n{stderr[-3000:]}")
     return Sample(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss, gateway_cpu, stdout)
-
-
-def _gateway_binary() -> Path:
-    done = subprocess.run([str(BUILD_SCRIPT)], capture_output=True, text=True, check=False, timeout=1800)
-    lines = done.stdout.strip().splitlines()
-    binary = Path(lines[-1]) if lines else Path()
-    if done.returncode != 0 or not binary.is_file():
-        raise SystemExit(f"tools/s3/build.sh failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    return binary
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@contextmanager
-def _running_gateway(workdir: Path) -> Iterator[Gateway]:
-    """versitygw on a free loopback port over ``workdir/root`` (as tests/unit/s3_server.py starts it).
-
-    Its region is the one ``backup-disks`` derives from ``127.0.0.1:<port>`` ("127"), so the command runs
-    without ``--region`` and curl signs for the same region. Stopped by its PID on exit.
-    """
-    binary = _gateway_binary()
-    root = workdir / "root"
-    root.mkdir()
-    log = workdir / "versitygw.log"
-    port = _free_port()
-    host = f"127.0.0.1:{port}"
-    region = region_of(host)
-    command = [str(binary), "--access", ACCESS_KEY, "--secret", SECRET_KEY, "--region", region]
-    command += ["--port", host, "posix", str(root)]
-    with log.open("wb") as output:
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(
-                    f"versitygw exited ({process.returncode}) at start: {log.read_text()[-2000:]}"
-                )
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"versitygw did not listen on {host} within 15 s") from None
-                time.sleep(0.05)
-        version = binary.parent.parent.name.removeprefix("versitygw-")  # .../versitygw-<version>/bin
-        yield Gateway(process.pid, version, f"http://{host}", region, root)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
 
 
 def _generate_disk(path: Path, size: int) -> None:
@@ -278,10 +198,14 @@ def _curl(gateway: Gateway, payload_sha256: str, *args: str) -> list[str]:
     ]
 
 
+def _url(gateway: Gateway, key: str) -> str:
+    return f"{gateway.endpoint}/{BUCKET}/{key}"
+
+
 def _delete(gateway: Gateway, key: str) -> None:
     with gateway.client() as client:
         client.delete_object(BUCKET, key)
-    assert not gateway.object_file(key).exists(), f"{key} still stored after DELETE"
+    assert not gateway.object_file(BUCKET, key).exists(), f"{key} still stored after DELETE"
     os.sync()  # untimed: the next run starts without this one's dirty pages
 
 
@@ -308,11 +232,13 @@ def _round(gateway: Gateway, source: Path, size: int, expected: str, first: bool
     assert disk["sha256"] == f"sha256:{expected}", (
         f"backup-disks reported {disk['sha256']}, file is {expected}"
     )
-    assert disk["bytes"] == size == gateway.object_file(key).stat().st_size
+    assert disk["bytes"] == size == gateway.object_file(BUCKET, key).stat().st_size
     if first:
-        assert _file_sha256(gateway.object_file(key)) == expected, "the stored object differs from the file"
+        assert _file_sha256(gateway.object_file(BUCKET, key)) == expected, (
+            "the stored object differs from the file"
+        )
     samples["curl_get"] = get = _measure(
-        _curl(gateway, EMPTY_SHA256, "-w", "%{size_download}", gateway.url(key)), gateway
+        _curl(gateway, EMPTY_SHA256, "-w", "%{size_download}", _url(gateway, key)), gateway
     )
     assert int(get.stdout) == size, f"GET returned {get.stdout} bytes, not {size}"
     _delete(gateway, key)
@@ -324,9 +250,9 @@ def _round(gateway: Gateway, source: Path, size: int, expected: str, first: bool
     assert dgst.stdout.split()[-1] == expected, f"openssl says {dgst.stdout}, hashlib {expected}"
     for name, payload in (("curl_put_signed", digest), ("curl_put_unsigned", "UNSIGNED-PAYLOAD")):
         key = f"{name}/root.img"
-        put = _curl(gateway, payload, "-w", "%{size_upload}", "-T", str(source), gateway.url(key))
+        put = _curl(gateway, payload, "-w", "%{size_upload}", "-T", str(source), _url(gateway, key))
         samples[name] = sent = _measure(put, gateway)
-        assert int(sent.stdout) == size == gateway.object_file(key).stat().st_size
+        assert int(sent.stdout) == size == gateway.object_file(BUCKET, key).stat().st_size
         _delete(gateway, key)
     return samples
 
@@ -345,9 +271,8 @@ def run() -> dict[str, Any]:
         hash_started = time.perf_counter()
         expected = _file_sha256(source)  # also warms the page cache
         hashlib_s = time.perf_counter() - hash_started
-        with _running_gateway(workdir) as gateway:
-            with gateway.client() as client:
-                client.create_bucket(BUCKET)
+        with running_gateway(workdir) as gateway:
+            gateway.new_bucket(BUCKET)
             rounds = [_round(gateway, source, size, expected, first=index == 0) for index in range(ROUNDS)]
             filesystems = {"gateway_root": _filesystem(gateway.root), "source": _filesystem(source)}
             store = {"server": f"versitygw {gateway.version} posix", "region": gateway.region}

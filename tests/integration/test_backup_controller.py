@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 import pytest
 from operator_fixtures import api, core_path, release_pvcs, udsvm, vm_path
 from operator_harness import Api
+from prometheus_client import generate_latest
 
 from uds_vm_operator.controller import factory
 from uds_vm_operator.metrics import OperatorMetrics
@@ -55,6 +56,19 @@ def in_process(kubeconfig: Any, scenario: Callable[[kube.KubeApi, OperatorMetric
             await client.close()
 
     return asyncio.run(main())
+
+
+def reconcile_backups(kubeconfig: Any, namespace: str, *names: str) -> tuple[list[Any], str]:
+    """One reconcile of each named backup, in order, by the controller the process builds (its image set);
+    returns the outcomes and the metrics exposition after them."""
+
+    async def scenario(client: kube.KubeApi, metrics: OperatorMetrics) -> tuple[list[Any], str]:
+        controller, _ = factory.backup_controllers(client, metrics)
+        controller.image = IMAGE
+        outcomes = [await controller.reconcile(namespace, name) for name in names]
+        return outcomes, generate_latest(metrics.registry).decode()
+
+    return in_process(kubeconfig, scenario)
 
 
 def backup_path(namespace: str, name: str | None = None) -> str:
@@ -134,12 +148,8 @@ def test_a_backup_runs_its_copy_pod_and_records_each_disk_sha256(
     ask_backup(api, namespace, "web-old", "web")
     ask_backup(api, namespace, "web-new", "web")
 
-    async def start(client: kube.KubeApi, metrics: OperatorMetrics) -> Any:
-        controller, _ = factory.backup_controllers(client, metrics)
-        controller.image = IMAGE
-        return await controller.reconcile(namespace, "web-old")
-
-    assert in_process(control_plane.kubeconfig, start).started
+    (started,), _ = reconcile_backups(control_plane.kubeconfig, namespace, "web-old")
+    assert started.started
     pod = api.get(core_path(namespace, "pods", "web-old-copy"))
     assert pod is not None
     container = pod["spec"]["containers"][0]
@@ -164,13 +174,7 @@ def test_a_backup_runs_its_copy_pod_and_records_each_disk_sha256(
         {"result": "ok", "disks": [{"name": "root", "object": key, "sha256": SHA, "bytes": 2147483648}]},
     )
 
-    async def finish(client: kube.KubeApi, metrics: OperatorMetrics) -> tuple[Any, str]:
-        controller, _ = factory.backup_controllers(client, metrics)
-        controller.image = IMAGE
-        outcome = await controller.reconcile(namespace, "web-old")
-        return outcome, _exposition(metrics)
-
-    outcome, exposition = in_process(control_plane.kubeconfig, finish)
+    (outcome,), exposition = reconcile_backups(control_plane.kubeconfig, namespace, "web-old")
     assert outcome.finished == "Succeeded"
     status = api.get(backup_path(namespace, "web-old"))["status"]  # type: ignore[index]
     assert status["phase"] == "Succeeded" and status["bytes"] == 2147483648
@@ -194,12 +198,7 @@ def test_a_backup_runs_its_copy_pod_and_records_each_disk_sha256(
 def assert_keep_prunes_the_oldest(api: Api, control_plane: Any, namespace: str, key: str) -> None:
     """keep: 1 -> the next backup's pod deletes the old objects, and its success deletes the old record."""
 
-    async def next_backup(client: kube.KubeApi, metrics: OperatorMetrics) -> Any:
-        controller, _ = factory.backup_controllers(client, metrics)
-        controller.image = IMAGE
-        return await controller.reconcile(namespace, "web-new")
-
-    in_process(control_plane.kubeconfig, next_backup)
+    reconcile_backups(control_plane.kubeconfig, namespace, "web-new")
     pod = api.get(core_path(namespace, "pods", "web-new-copy"))
     assert pod is not None
     command = pod["spec"]["containers"][0]["command"]
@@ -213,7 +212,7 @@ def assert_keep_prunes_the_oldest(api: Api, control_plane: Any, namespace: str, 
             "disks": [{"name": "root", "object": key.replace("old", "new"), "sha256": SHA, "bytes": 1}],
         },
     )
-    in_process(control_plane.kubeconfig, next_backup)
+    reconcile_backups(control_plane.kubeconfig, namespace, "web-new")
     assert api.get(backup_path(namespace, "web-old")) is None, "the backup beyond keep is deleted"
     assert api.get(backup_path(namespace, "web-new"))["status"]["phase"] == "Succeeded"  # type: ignore[index]
 
@@ -231,14 +230,7 @@ def test_a_failed_copy_and_a_vm_without_a_target_fail_the_backup_with_a_clear_me
     ask_backup(api, namespace, "plain-1", "plain")
     ask_backup(api, namespace, "web-1", "web")
 
-    async def run(client: kube.KubeApi, metrics: OperatorMetrics) -> None:
-        controller, _ = factory.backup_controllers(client, metrics)
-        controller.image = IMAGE
-        await controller.reconcile(namespace, "plain-1")
-        await controller.reconcile(namespace, "meta-1")
-        await controller.reconcile(namespace, "web-1")
-
-    in_process(control_plane.kubeconfig, run)
+    reconcile_backups(control_plane.kubeconfig, namespace, "plain-1", "meta-1", "web-1")
     plain = api.get(backup_path(namespace, "plain-1"))["status"]  # type: ignore[index]
     meta = api.get(backup_path(namespace, "meta-1"))["status"]  # type: ignore[index]
     assert meta["phase"] == "Failed" and "169.254.169.254" in meta["message"], meta
@@ -252,12 +244,7 @@ def test_a_failed_copy_and_a_vm_without_a_target_fail_the_backup_with_a_clear_me
         phase="Failed",
     )
 
-    async def finish(client: kube.KubeApi, metrics: OperatorMetrics) -> None:
-        controller, _ = factory.backup_controllers(client, metrics)
-        controller.image = IMAGE
-        await controller.reconcile(namespace, "web-1")
-
-    in_process(control_plane.kubeconfig, finish)
+    reconcile_backups(control_plane.kubeconfig, namespace, "web-1")
     web = api.get(backup_path(namespace, "web-1"))["status"]  # type: ignore[index]
     assert web["phase"] == "Failed" and "SignatureDoesNotMatch" in web["message"], web
     assert api.get(core_path(namespace, "pods", "web-1-copy")) is not None, (
@@ -287,9 +274,3 @@ def test_the_schedule_asks_for_a_backup_when_due_and_not_before(
     assert len(backups) == 1, "one backup asked for, the second reconcile sees it pending"
     assert backups[0]["metadata"]["annotations"]["uds.dev/requested-by"] == "schedule"
     assert first.requeue_after_s == 3600 and second.requeue_after_s == 60
-
-
-def _exposition(metrics: OperatorMetrics) -> str:
-    from prometheus_client import generate_latest  # noqa: PLC0415
-
-    return generate_latest(metrics.registry).decode()

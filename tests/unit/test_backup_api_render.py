@@ -94,7 +94,7 @@ def _request(**overrides: Any) -> CopyRequest:
     return CopyRequest(**base)
 
 
-OWNER = BackupOwner("web-1", "ns", "uid-1", "web")
+OWNER = BackupOwner("web-1", "ns", "uid-1")
 
 
 def test_the_copy_pod_is_restricted_reads_disks_read_only_and_gets_keys_only_from_the_users_secret() -> None:

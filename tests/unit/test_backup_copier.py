@@ -14,12 +14,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import s3_server
+from s3_server import bucket_fixture, gateway_fixture  # noqa: F401 (shared fixtures)
 
 from uds_vm_operator.backup.command import ACCESS_KEY_ENV, SECRET_KEY_ENV
 from uds_vm_operator.backup.copier import (
@@ -35,17 +35,6 @@ from uds_vm_operator.backup.copier import (
 from uds_vm_operator.operator_main import build_parser, main
 
 MIB = 1 << 20
-
-
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[s3_server.Gateway]:
-    with s3_server.running_gateway(tmp_path_factory.mktemp("s3-copier")) as running:
-        yield running
-
-
-@pytest.fixture
-def bucket(gateway: s3_server.Gateway) -> str:
-    return gateway.new_bucket()
 
 
 @pytest.fixture

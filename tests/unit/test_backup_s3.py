@@ -12,10 +12,10 @@ import hashlib
 import io
 import os
 import socket
-from collections.abc import Iterator
 
 import pytest
 import s3_server
+from s3_server import bucket_fixture, gateway_fixture  # noqa: F401 (shared fixtures)
 
 from uds_vm_operator.backup.s3 import (
     EMPTY_SHA256,
@@ -143,17 +143,6 @@ def test_client_refuses_an_endpoint_that_is_not_scheme_host_port(endpoint: str) 
 
 
 # ---- against the real gateway ----
-
-
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[s3_server.Gateway]:
-    with s3_server.running_gateway(tmp_path_factory.mktemp("s3-client")) as running:
-        yield running
-
-
-@pytest.fixture
-def bucket(gateway: s3_server.Gateway) -> str:
-    return gateway.new_bucket()
 
 
 def test_multipart_upload_round_trips_with_the_stream_sha256(gateway: s3_server.Gateway, bucket: str) -> None:

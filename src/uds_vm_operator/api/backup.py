@@ -39,6 +39,8 @@ MAX_BACKUP_NAME_LENGTH = 52
 """``<backup>-copy`` (the copy pod) and its policy ``<backup>-copy-policy`` stay within 63 characters."""
 
 BackupPhase = Literal["Pending", "Running", "Succeeded", "Failed"]
+FINISHED_PHASES = ("Succeeded", "Failed")
+"""A backup in one of these phases is never run again (ask for a new one)."""
 Consistency = Literal["frozen", "crash", "stopped"]
 """How the bytes were taken: the guest's filesystems frozen through its agent (application-consistent), a
 running guest that could not be frozen (crash-consistent, as after a power cut), or a stopped VM."""

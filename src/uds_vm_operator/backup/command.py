@@ -14,7 +14,8 @@ import os
 import sys
 from types import FrameType
 
-DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+from uds_vm_operator.termination import add_termination_log_argument, write_termination_log
+
 ACCESS_KEY_ENV = "UDS_BACKUP_ACCESS_KEY_ID"
 SECRET_KEY_ENV = "UDS_BACKUP_SECRET_ACCESS_KEY"
 PART_MIB_RANGE = (5, 512)
@@ -63,11 +64,7 @@ def add_backup_disks_parser(sub: argparse._SubParsersAction[argparse.ArgumentPar
         "--part-mib", type=int, default=32, help=f"multipart part size in MiB, {low}..{high} (default 32)"
     )
     parser.add_argument("--ca-file", default=None, help="a CA bundle to trust for an https endpoint")
-    parser.add_argument(
-        "--termination-log",
-        default=DEFAULT_TERMINATION_LOG,
-        help=f"where to write the JSON result (default {DEFAULT_TERMINATION_LOG}; '' to skip)",
-    )
+    add_termination_log_argument(parser)
 
 
 def run_backup_disks(args: argparse.Namespace) -> int:
@@ -136,14 +133,5 @@ def _finish(args: argparse.Namespace, document: str, code: int, summary: str) ->
     print(document, flush=True)
     outcome = "ok" if code == 0 else "error"
     print(f"backup-disks: {outcome}: {summary}", file=sys.stderr, flush=True)
-    if args.termination_log:
-        try:
-            with open(args.termination_log, "w", encoding="utf-8") as handle:
-                handle.write(document)
-        except OSError as exc:
-            print(
-                f"backup-disks: warning: could not write the result to {args.termination_log}: "
-                f"{exc.strerror}; pass --termination-log '' when running outside a pod",
-                file=sys.stderr,
-            )
+    write_termination_log("backup-disks", args.termination_log, document)
     return code

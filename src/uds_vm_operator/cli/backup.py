@@ -19,7 +19,6 @@ import typer
 
 from uds_vm_operator.cli._kube import CliKubeError, KubeClient
 
-FINISHED = ("Succeeded", "Failed")
 POLL_S = 2.0
 FIELD_PARAMS = {"fieldManager": "uds-vmctl", "fieldValidation": "Strict"}
 
@@ -107,8 +106,8 @@ def register(app: typer.Typer) -> None:
 def request_backup(client: KubeClient, namespace: str, vm_name: str) -> dict[str, Any]:
     """Create the UDSVirtualMachineBackup for ``vm_name`` after checking the VM can be backed up."""
     from uds_vm_operator.api.backup import new_backup  # noqa: PLC0415 (lazy: keeps start-up fast)
-    from uds_vm_operator.controller.backup import BACKUP  # noqa: PLC0415
     from uds_vm_operator.runtime.kube import UDS_VM  # noqa: PLC0415
+    from uds_vm_operator.runtime.kube import UDS_VM_BACKUP as BACKUP  # noqa: PLC0415
     from uds_vm_operator.runtime.timestamps import utc_now  # noqa: PLC0415
 
     vm = client.request("GET", UDS_VM.path(namespace, vm_name), what=f"reading UDSVirtualMachine {vm_name}")
@@ -137,7 +136,8 @@ def wait_for_backup(
     client: KubeClient, namespace: str, name: str, timeout_s: int, *, quiet: bool
 ) -> dict[str, Any]:
     """Poll the backup until it is Succeeded or Failed, printing each phase change (unless ``quiet``)."""
-    from uds_vm_operator.controller.backup import BACKUP  # noqa: PLC0415 (lazy: keeps start-up fast)
+    from uds_vm_operator.api.backup import FINISHED_PHASES  # noqa: PLC0415 (lazy: fast start)
+    from uds_vm_operator.runtime.kube import UDS_VM_BACKUP as BACKUP  # noqa: PLC0415
 
     deadline = time.monotonic() + timeout_s
     seen: str | None = None
@@ -150,7 +150,7 @@ def wait_for_backup(
         if phase != seen and not quiet:
             typer.echo(f"  {phase}{': ' + status['message'] if status.get('message') else ''}", err=True)
             seen = phase
-        if phase in FINISHED:
+        if phase in FINISHED_PHASES:
             return backup
         if time.monotonic() > deadline:
             raise CliKubeError(
@@ -178,7 +178,7 @@ def describe_backup(backup: Mapping[str, Any]) -> str:
 
 def read_backup(client: KubeClient, namespace: str, name: str) -> dict[str, Any]:
     """The backup, which must have succeeded and hold a root-disk record."""
-    from uds_vm_operator.controller.backup import BACKUP  # noqa: PLC0415 (lazy: keeps start-up fast)
+    from uds_vm_operator.runtime.kube import UDS_VM_BACKUP as BACKUP  # noqa: PLC0415 (lazy: fast start)
 
     backup = client.request("GET", BACKUP.path(namespace, name), what=f"reading backup {name}")
     if backup is None:

@@ -47,6 +47,7 @@ def register(app: typer.Typer) -> None:
 
 def _power(client: KubeClient, action: PowerAction, name: str, namespace: str) -> str:
     from uds_vm_operator.runtime.kube import (  # noqa: PLC0415 (lazy: keeps start-up fast)
+        ANY_RESPONSE,
         MERGE_CONTENT_TYPE,
         UDS_VM,
         VIRTUAL_MACHINE_ACTIONS,
@@ -60,13 +61,11 @@ def _power(client: KubeClient, action: PowerAction, name: str, namespace: str) -
         )
     if action is PowerAction.restart:
         restart_path = VIRTUAL_MACHINE_ACTIONS.path(namespace, name, "restart")
-        # virt-api's restart route declares no response type, so it answers `Accept: application/json`
-        # alone with 406 Not Acceptable (measured against virt-api v1.8.4); `*/*` is what virtctl sends.
         result = client.request(
             "PUT",
             restart_path,
             body={},
-            accept="application/json, */*",
+            accept=ANY_RESPONSE,  # virt-api's actions answer a bare application/json with 406
             what=f"restarting VM {namespace}/{name}",
         )
         if result is None:

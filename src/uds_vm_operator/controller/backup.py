@@ -28,9 +28,8 @@ from typing import Any
 
 from uds_vm_operator.api import SpecError
 from uds_vm_operator.api.backup import (
-    BACKUP_API_VERSION,
-    BACKUP_KIND,
-    BACKUP_PLURAL,
+    BACKUP_VM_LABEL,
+    FINISHED_PHASES,
     RESTORED_FROM_ANNOTATION,
     UDSVirtualMachineBackupStatus,
     backup_target_parts,
@@ -54,21 +53,19 @@ from uds_vm_operator.render.backup import (
     render_copy_pod,
 )
 from uds_vm_operator.runtime import kube
-from uds_vm_operator.runtime.controller import Controller, ReconcileResult, rfc3339, utc_now
+from uds_vm_operator.runtime.controller import Controller, Key, ReconcileResult, rfc3339, utc_now
 from uds_vm_operator.runtime.errors import KubeApiError
 from uds_vm_operator.runtime.status_writer import StatusWriter
+from uds_vm_operator.runtime.timestamps import parse_rfc3339
+from uds_vm_operator.termination import terminated_state
 
 log = logging.getLogger("uds_vm_operator.backup")
 
-BACKUP = kube.register_kind(kube.Kind(BACKUP_API_VERSION, BACKUP_KIND, BACKUP_PLURAL))
-VM_LABEL = "uds.dev/vm"
+BACKUP = kube.UDS_VM_BACKUP
 UNFREEZE_TIMEOUT = "10m"
 """KubeVirt thaws the guest by itself after this, even if the operator is gone mid-copy."""
 UNFREEZE_TIMEOUT_S = 600
 RUNNING_RECHECK_S = 15.0
-ANY_RESPONSE = "application/json, */*"
-"""virt-api's freeze/unfreeze declare no response type: bare application/json gets 406 (measured, v1.8.4)."""
-FINISHED = ("Succeeded", "Failed")
 
 
 @dataclass
@@ -100,7 +97,10 @@ class BackupController(Controller):
         super().__init__(api, metrics, workers=workers, clock=clock)
         self.status_writer = StatusWriter(api, BACKUP, UDSVirtualMachineBackupStatus)
         self.image = image if image is not None else verifier_image_from_env()
-        self._subjects: dict[tuple[str, str], Mapping[str, Any]] = {}
+        self._subjects: dict[Key, Mapping[str, Any]] = {}
+        """Name, namespace and UID of each backup in progress: what a failed reconcile's Event regards."""
+        self._copy_pods: set[Key] | None = None
+        """Backups whose copy pod exists, from the pod watch (None: not watching, so assume it may)."""
         self.allowlist = ssrf.source_allowlist_from_env()
         self.resolver = SourceResolver()
 
@@ -110,14 +110,22 @@ class BackupController(Controller):
         """Watch backups and their copy pods (kopf ``on.event`` only: kopf writes nothing)."""
         import kopf  # noqa: PLC0415 (kopf only loads with the operator process)
 
+        copy_pods: set[Key] = set()
+        self._copy_pods = copy_pods
+
         @kopf.on.event(BACKUP.api_version, BACKUP.plural, registry=registry, id="backup-events")
         async def on_backup_event(event: Mapping[str, Any], **_: Any) -> None:
-            meta = (event.get("object") or {}).get("metadata") or {}
-            namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+            obj = event.get("object") or {}
+            meta = obj.get("metadata") or {}
+            key = (str(meta.get("namespace")), str(meta.get("name")))
             if event.get("type") == "DELETED":
-                self._subjects.pop((namespace, name), None)
+                self._subjects.pop(key, None)
                 return
-            self.enqueue(namespace, name)
+            # A finished backup has nothing left to do unless its copy pod still exists (the pod's own event
+            # enqueues it then): a (re)start lists every backup ever kept without reading one of them again.
+            if (obj.get("status") or {}).get("phase") in FINISHED_PHASES and key not in copy_pods:
+                return
+            self.enqueue(*key)
 
         @kopf.on.event(
             "v1", "pods", registry=registry, id="backup-copy-pods", labels={BACKUP_LABEL: kopf.PRESENT}
@@ -125,12 +133,21 @@ class BackupController(Controller):
         async def on_copy_pod_event(event: Mapping[str, Any], **_: Any) -> None:
             meta = (event.get("object") or {}).get("metadata") or {}
             backup = (meta.get("labels") or {}).get(BACKUP_LABEL)
-            if backup:
-                self.enqueue(str(meta.get("namespace")), str(backup))
+            if not backup:
+                return
+            key = (str(meta.get("namespace")), str(backup))
+            if event.get("type") == "DELETED":
+                copy_pods.discard(key)
+            else:
+                copy_pods.add(key)
+            self.enqueue(*key)
 
-    def error_subject(self, key: tuple[str, str]) -> Mapping[str, Any] | None:
+    def error_subject(self, key: Key) -> Mapping[str, Any] | None:
         """A failed reconcile's Warning Event regards the backup."""
         return self._subjects.get(key)
+
+    def _copy_pod_may_exist(self, key: Key) -> bool:
+        return self._copy_pods is None or key in self._copy_pods
 
     # --------------------------------------------------------------------------------------- reconcile
 
@@ -140,12 +157,16 @@ class BackupController(Controller):
         backup = await self.api.get(BACKUP, namespace, name)
         if backup is None:
             return outcome
-        self._subjects[(namespace, name)] = backup
         status = dict(backup.get("status") or {})
-        if status.get("phase") in FINISHED:
-            if status.get("phase") == "Succeeded":  # a failed copy pod stays for its log
-                await self._clean_up(namespace, name)
+        if status.get("phase") in FINISHED_PHASES:
+            self._subjects.pop((namespace, name), None)
+            if status.get("phase") == "Succeeded" and self._copy_pod_may_exist((namespace, name)):
+                await self._clean_up(namespace, name)  # a failed copy pod stays for its log
             return outcome
+        meta = backup.get("metadata") or {}
+        self._subjects[(namespace, name)] = {
+            "metadata": {"name": name, "namespace": namespace, "uid": meta.get("uid")}
+        }
         pod = await self.api.get(kube.POD, namespace, copy_pod_name(name))
         if pod is None:
             if status.get("phase") == "Running":
@@ -156,7 +177,7 @@ class BackupController(Controller):
             await self._start(backup, status, outcome)
             return outcome
         pod_phase = (pod.get("status") or {}).get("phase")
-        if pod_phase in FINISHED:
+        if pod_phase in FINISHED_PHASES:
             await self._finish(backup, status, pod, outcome)
             return outcome
         outcome.requeue_after(RUNNING_RECHECK_S)
@@ -212,7 +233,7 @@ class BackupController(Controller):
             prune_backups=tuple(backup_name for backup_name, _ in older),
         )
         consistency, why = await self._freeze(namespace, vm_name)
-        owner = BackupOwner(name, namespace, str(meta.get("uid")), vm_name)
+        owner = BackupOwner(name, namespace, str(meta.get("uid")))
         await self.api.apply(render_copy_network_policy(owner, endpoint))
         await self.api.apply(render_copy_pod(owner, request))
         now = rfc3339(self.clock())
@@ -273,19 +294,21 @@ class BackupController(Controller):
         self, namespace: str, vm_name: str, current: str, keep: int
     ) -> list[tuple[str, tuple[str, ...]]]:
         """Succeeded backups that fall out of ``keep`` once this one succeeds, oldest last: (name, keys)."""
-        backups = await self.api.list(BACKUP, namespace, label_selector=f"{VM_LABEL}={vm_name}")
+        backups = await self.api.list(BACKUP, namespace, label_selector=f"{BACKUP_VM_LABEL}={vm_name}")
         done = [
             b
             for b in backups
             if (b.get("status") or {}).get("phase") == "Succeeded" and b["metadata"]["name"] != current
         ]
         done.sort(key=lambda b: str((b.get("status") or {}).get("completedAt") or ""), reverse=True)
-        # A backup a VM was restored from is its CP-10 evidence: never pruned while that VM exists.
-        vms = await self.api.list(kube.UDS_VM, namespace)
-        restored_from = {
-            ((vm.get("metadata") or {}).get("annotations") or {}).get(RESTORED_FROM_ANNOTATION) for vm in vms
-        }
-        older = [b for b in done[max(keep - 1, 0) :] if b["metadata"]["name"] not in restored_from]
+        older = done[max(keep - 1, 0) :]
+        if older:  # a backup a VM was restored from is its CP-10 evidence: never pruned while that VM exists
+            vms = await self.api.list(kube.UDS_VM, namespace)
+            restored_from = {
+                ((vm.get("metadata") or {}).get("annotations") or {}).get(RESTORED_FROM_ANNOTATION)
+                for vm in vms
+            }
+            older = [b for b in older if b["metadata"]["name"] not in restored_from]
         return [
             (
                 str(b["metadata"]["name"]),
@@ -305,7 +328,7 @@ class BackupController(Controller):
                 "PUT",
                 path,
                 body={"unfreezeTimeout": UNFREEZE_TIMEOUT},
-                accept=ANY_RESPONSE,
+                accept=kube.ANY_RESPONSE,
                 what=f"freeze {namespace}/{vm_name}",
             )
         except KubeApiError as exc:
@@ -316,7 +339,9 @@ class BackupController(Controller):
     async def _thaw(self, namespace: str, vm_name: str) -> None:
         path = kube.VIRTUAL_MACHINE_INSTANCE_ACTIONS.path(namespace, vm_name, "unfreeze")
         try:
-            await self.api.request("PUT", path, accept=ANY_RESPONSE, what=f"unfreeze {namespace}/{vm_name}")
+            await self.api.request(
+                "PUT", path, accept=kube.ANY_RESPONSE, what=f"unfreeze {namespace}/{vm_name}"
+            )
         except KubeApiError as exc:
             log.warning("unfreeze failed", extra={"backup": f"{namespace}/{vm_name}", "error": str(exc)})
 
@@ -341,7 +366,7 @@ class BackupController(Controller):
             await self._fail(backup, status, failed, keep_pod=True)
             outcome.finished = "Failed"
             return
-        started = _parse_time(status.get("startedAt"))
+        started = parse_rfc3339(status.get("startedAt"))
         now = self.clock()
         duration = round((now - started).total_seconds(), 1) if started else float(report.get("seconds") or 0)
         consistency = status.get("consistency")
@@ -412,22 +437,25 @@ class BackupController(Controller):
 
 def termination_report(pod: Mapping[str, Any]) -> dict[str, Any]:
     """The copy container's JSON report, or an error report saying why there is none."""
-    for container in (pod.get("status") or {}).get("containerStatuses") or []:
-        terminated = (container.get("state") or {}).get("terminated") or {}
+    terminated = terminated_state(pod)
+    if terminated is not None:
         text = terminated.get("message")
-        if text:
-            try:
-                report = json.loads(text)
-            except json.JSONDecodeError:
-                return {"result": "error", "message": f"unreadable report: {text[:200]}"}
-            if not isinstance(report, dict):
-                return {"result": "error", "message": "the report is not a JSON object"}
-            return report
-        if terminated:
+        if not text:
             reason = terminated.get("reason") or "terminated"
             return {"result": "error", "message": f"the copy container ended ({reason}) without a report"}
+        try:
+            report = json.loads(text)
+        except json.JSONDecodeError:
+            return {"result": "error", "message": f"unreadable report: {text[:200]}"}
+        if not isinstance(report, dict):
+            return {"result": "error", "message": "the report is not a JSON object"}
+        return report
     reason = (pod.get("status") or {}).get("reason") or (pod.get("status") or {}).get("message")
     return {"result": "error", "message": f"the copy pod ended without a report ({reason or 'no reason'})"}
+
+
+def _restored_from(vm: Mapping[str, Any]) -> str | None:
+    return ((vm.get("metadata") or {}).get("annotations") or {}).get(RESTORED_FROM_ANNOTATION)
 
 
 def _recorded_disks(backup: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -438,12 +466,3 @@ def _key_of(object_url: str) -> str:
     """The bucket-relative key of a recorded object URL (``scheme://host/bucket/key``)."""
     path = object_url.split("://", 1)[-1].partition("/")[2]
     return path.partition("/")[2]
-
-
-def _parse_time(text: Any) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    except ValueError:
-        return None

@@ -9,17 +9,16 @@ schedule counts from the last backup asked for, so an on-demand backup also rese
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from uds_vm_operator.api import SpecError
-from uds_vm_operator.api.backup import BACKUP_VM_LABEL, new_backup
+from uds_vm_operator.api.backup import BACKUP_VM_LABEL, FINISHED_PHASES, new_backup
 from uds_vm_operator.api.models import UDSVirtualMachineSpec, parse_spec_mapping, schedule_seconds
-from uds_vm_operator.controller.backup import BACKUP, FINISHED
-from uds_vm_operator.metrics import OperatorMetrics
 from uds_vm_operator.runtime import kube
-from uds_vm_operator.runtime.controller import Controller, ReconcileResult, utc_now
+from uds_vm_operator.runtime.controller import Controller, Key, ReconcileResult
+from uds_vm_operator.runtime.timestamps import parse_rfc3339
 
 log = logging.getLogger("uds_vm_operator.backup_schedule")
 
@@ -36,19 +35,11 @@ class BackupScheduleController(Controller):
     record_reconcile_metrics = False
     log = log
 
-    def __init__(
-        self,
-        api: kube.KubeApi,
-        metrics: OperatorMetrics,
-        *,
-        workers: int = 1,
-        clock: Callable[[], datetime] = utc_now,
-    ) -> None:
-        super().__init__(api, metrics, workers=workers, clock=clock)
-
     def register(self, registry: Any) -> None:
-        """Enqueue a VM only when its event shows a backup schedule (no read for the others)."""
+        """Enqueue a VM when its event shows a new or changed backup schedule (no read for the others)."""
         import kopf  # noqa: PLC0415 (kopf only loads with the operator process)
+
+        generations: dict[Key, object] = {}
 
         @kopf.on.event(
             kube.UDS_VM.api_version, kube.UDS_VM.plural, registry=registry, id="backup-schedule-vms"
@@ -58,8 +49,14 @@ class BackupScheduleController(Controller):
             meta = obj.get("metadata") or {}
             key = (str(meta.get("namespace")), str(meta.get("name")))
             if event.get("type") == "DELETED" or not has_schedule(obj):
+                generations.pop(key, None)
                 self._queue.cancel_wakeup(key)
                 return
+            # Only a new or changed spec can move the schedule; the VM's status writes (most of its events)
+            # would each cost a read and a list for nothing, the next run being already queued.
+            if generations.get(key) == meta.get("generation"):
+                return
+            generations[key] = meta.get("generation")
             self.enqueue(*key)
 
     async def reconcile(self, namespace: str, name: str) -> ReconcileResult:
@@ -75,8 +72,10 @@ class BackupScheduleController(Controller):
         if spec.backup is None or spec.backup.schedule is None:
             return result
         period = schedule_seconds(spec.backup.schedule)
-        backups = await self.api.list(BACKUP, namespace, label_selector=f"{BACKUP_VM_LABEL}={name}")
-        if any((b.get("status") or {}).get("phase") not in FINISHED for b in backups):
+        backups = await self.api.list(
+            kube.UDS_VM_BACKUP, namespace, label_selector=f"{BACKUP_VM_LABEL}={name}"
+        )
+        if any((b.get("status") or {}).get("phase") not in FINISHED_PHASES for b in backups):
             result.requeue_after(BUSY_RECHECK_S)
             return result
         now = self.clock()
@@ -97,11 +96,8 @@ def has_schedule(vm: Mapping[str, Any]) -> bool:
 
 def seconds_until_due(backups: list[dict[str, Any]], period_s: int, now: datetime) -> float:
     """How long until the next backup is due: a period after the newest one was asked for (0 = now)."""
-    created = [
-        datetime.fromisoformat(str(b["metadata"]["creationTimestamp"]).replace("Z", "+00:00"))
-        for b in backups
-        if (b.get("metadata") or {}).get("creationTimestamp")
-    ]
+    stamps = (parse_rfc3339((b.get("metadata") or {}).get("creationTimestamp")) for b in backups)
+    created = [moment for moment in stamps if moment is not None]
     if not created:
         return 0.0
     return max(0.0, period_s - (now - max(created)).total_seconds())

@@ -48,4 +48,4 @@ def backup_controllers(
     from uds_vm_operator.controller.backup import BackupController  # noqa: PLC0415 (loaded on demand)
     from uds_vm_operator.controller.backup_schedule import BackupScheduleController  # noqa: PLC0415
 
-    return BackupController(api, metrics), BackupScheduleController(api, metrics)
+    return BackupController(api, metrics), BackupScheduleController(api, metrics, workers=1)

@@ -37,6 +37,7 @@ from uds_vm_operator.render.verifier import (
     verifier_pod_name,
 )
 from uds_vm_operator.runtime.conditions import Condition
+from uds_vm_operator.termination import terminated_state
 from uds_vm_operator.verify.digest import Digest, digest_or_none
 from uds_vm_operator.verify.result import VerifyResult, parse_result
 
@@ -383,7 +384,9 @@ def _verify_in_cluster(
         cleanup: list[Action] = [_delete(pod)] if pod is not None else []
         if recorded.result == "match":
             return _verified(declared, expected, origin, cleanup)
-        return _mismatch(declared, expected, recorded.actual, origin, cleanup, events=[])
+        return _mismatch(
+            declared, expected, recorded.actual, origin, cleanup, events=[], restored_from=obs.restored_from
+        )
 
     request = VerifierRequest(
         pvc_name=str((dv.get("status") or {}).get("claimName") or dv_name),
@@ -431,7 +434,7 @@ def _verifier_pod_step(
             Condition("False", "VerifierRestarting", "The declaration or the disk changed; verifying again."),
             actions=[_delete(pod)],
         )
-    terminated = _terminated(pod)
+    terminated = terminated_state(pod)
     if terminated is None:
         reason = (pod.get("status") or {}).get("reason")
         if (pod.get("status") or {}).get("phase") == "Failed":
@@ -472,7 +475,15 @@ def _verdict_outcome(
             actions=outcome.actions,
         )
     if result.result == "mismatch":
-        mismatch = _mismatch(declared, expected, result.actual, origin, [record, _delete(pod)], events=[])
+        mismatch = _mismatch(
+            declared,
+            expected,
+            result.actual,
+            origin,
+            [record, _delete(pod)],
+            events=[],
+            restored_from=obs.restored_from,
+        )
         assert mismatch.failure is not None
         return VerificationOutcome(
             mismatch.state,
@@ -516,6 +527,7 @@ def _mismatch(
     actions: Sequence[Action],
     *,
     events: list[Event],
+    restored_from: str | None = None,
 ) -> VerificationOutcome:
     message = (
         f"Checksum mismatch: expected {expected} ({origin}), the disk has {actual}. The VM stays off and the "
@@ -523,7 +535,7 @@ def _mismatch(
         + ("" if expected == declared else f" (declared {declared})")
         + "."
     )
-    if origin.startswith("the sha256 backup"):
+    if restored_from and expected == declared:  # the record is the declared digest of a restore
         message = (
             f"Restore refused: {origin} is {expected}, but the restored disk has {actual}; the stored "
             "backup was altered or damaged after it was recorded. The VM stays off and the disk is kept as "
@@ -563,14 +575,6 @@ def _pod_is_about(pod: Mapping[str, Any], request: VerifierRequest) -> bool:
         and annotations.get(EXPECTED_DIGEST_ANNOTATION) == request.expected_digest
         and annotations.get(VIRTUAL_SIZE_ANNOTATION) == str(request.virtual_size_bytes)
     )
-
-
-def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
-        terminated = (status.get("state") or {}).get("terminated")
-        if isinstance(terminated, Mapping):
-            return terminated
-    return None
 
 
 def _verdict_of(terminated: Mapping[str, Any], expected: str, size: int) -> VerifyResult:

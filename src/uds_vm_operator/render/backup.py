@@ -14,28 +14,28 @@ controller's pruning never sees them. Pure and deterministic like every renderer
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from uds_vm_operator import MANAGED_BY_LABEL
 from uds_vm_operator.api.backup import BACKUP_API_VERSION, BACKUP_KIND
+from uds_vm_operator.api.models import VolumeMode
 from uds_vm_operator.apiversions import NETWORKING_API_VERSION
-from uds_vm_operator.render.common import ROLE_LABEL
+from uds_vm_operator.backup.command import ACCESS_KEY_ENV, SECRET_KEY_ENV
+from uds_vm_operator.render.common import ROLE_LABEL, Owner
 from uds_vm_operator.render.networkpolicy import DNS_PEER, DNS_PORTS
 from uds_vm_operator.render.verifier import (
     ASSUMED_SLOWEST_READ_BYTES_PER_SECOND,
     DEADLINE_FLOOR_SECONDS,
-    QEMU_GROUP,
-    TERMINATION_LOG_PATH,
-    VERIFIER_USER,
+    disk_reader_pod_security_context,
+    restricted_container_security_context,
 )
+from uds_vm_operator.termination import TERMINATION_LOG_PATH
 
 BACKUP_COPY_ROLE = "backup-copy"
 BACKUP_LABEL = "uds.dev/backup"
 PRUNE_ANNOTATION = "uds.dev/prune-backups"
 """Comma-separated names of the older backups whose objects this pod deletes once its own copy succeeded."""
-ACCESS_KEY_ENV = "UDS_BACKUP_ACCESS_KEY_ID"
-SECRET_KEY_ENV = "UDS_BACKUP_SECRET_ACCESS_KEY"
 CDI_ACCESS_KEY = "accessKeyId"
 CDI_SECRET_KEY = "secretKey"
 COPY_RESOURCES: dict[str, dict[str, str]] = {
@@ -45,28 +45,14 @@ COPY_RESOURCES: dict[str, dict[str, str]] = {
 PART_MIB = 32
 """Multipart part size: two parts in memory at most stay well inside the memory limit."""
 
-VolumeMode = Literal["Filesystem", "Block"]
-
 
 @dataclass(frozen=True)
-class BackupOwner:
-    """The UDSVirtualMachineBackup whose copy this is (its UID makes the ownerReference)."""
+class BackupOwner(Owner):
+    """The UDSVirtualMachineBackup whose copy this is: the pod and its policy are owned by the backup, removed
+    with it, and never adopted or pruned by the VM's controller."""
 
-    name: str
-    namespace: str
-    uid: str
-    vm_name: str
-
-    def reference(self) -> dict[str, Any]:
-        """Owned by the backup: removed with it, and never adopted by the VM's controller."""
-        return {
-            "apiVersion": BACKUP_API_VERSION,
-            "kind": BACKUP_KIND,
-            "name": self.name,
-            "uid": self.uid,
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
+    api_version: ClassVar[str] = BACKUP_API_VERSION
+    kind: ClassVar[str] = BACKUP_KIND
 
 
 @dataclass(frozen=True)
@@ -195,16 +181,7 @@ def render_copy_pod(owner: BackupOwner, request: CopyRequest) -> dict[str, Any]:
             _secret_env(SECRET_KEY_ENV, request.secret_name, CDI_SECRET_KEY),
         ],
         "resources": {kind: dict(values) for kind, values in COPY_RESOURCES.items()},
-        "securityContext": {
-            "runAsNonRoot": True,
-            "runAsUser": VERIFIER_USER,
-            "runAsGroup": VERIFIER_USER,
-            "readOnlyRootFilesystem": True,
-            "allowPrivilegeEscalation": False,
-            "privileged": False,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": restricted_container_security_context(),
         "terminationMessagePath": TERMINATION_LOG_PATH,
         # A crash before the report (an import error, a usage error) still says why: the log's tail.
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -234,13 +211,7 @@ def render_copy_pod(owner: BackupOwner, request: CopyRequest) -> dict[str, Any]:
             "terminationGracePeriodSeconds": 5,
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
-            "securityContext": {
-                "runAsNonRoot": True,
-                "runAsUser": VERIFIER_USER,
-                "runAsGroup": VERIFIER_USER,
-                "supplementalGroups": [QEMU_GROUP],
-                "seccompProfile": {"type": "RuntimeDefault"},
-            },
+            "securityContext": disk_reader_pod_security_context(),
             "containers": [container],
             "volumes": [
                 {"name": f"disk-{i}", "persistentVolumeClaim": {"claimName": disk.claim, "readOnly": True}}

@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from uds_vm_operator.apiversions import NETWORKING_API_VERSION
 from uds_vm_operator.render.common import ROLE_LABEL, Owner, child_metadata
+from uds_vm_operator.termination import TERMINATION_LOG_PATH
 
 VERIFIER_ROLE = "verifier"
 VERIFIER_USER = 65532
@@ -31,7 +32,6 @@ QEMU_GROUP = 107
 FILESYSTEM_MOUNT_PATH = "/disk"
 FILESYSTEM_DISK_PATH = "/disk/disk.img"
 BLOCK_DEVICE_PATH = "/dev/uds-disk"
-TERMINATION_LOG_PATH = "/dev/termination-log"
 
 EXPECTED_DIGEST_ANNOTATION = "uds.dev/expected-digest"
 VIRTUAL_SIZE_ANNOTATION = "uds.dev/virtual-size"
@@ -129,8 +129,9 @@ def _verify_command(request: VerifierRequest, disk_path: str) -> list[str]:
     ]
 
 
-def _container_security_context() -> dict[str, Any]:
-    """Restricted PSS for the container: non-root, read-only root, no capabilities or escalation."""
+def restricted_container_security_context() -> dict[str, Any]:
+    """Restricted PSS for the container: non-root, read-only root, no capabilities or escalation (the verifier
+    and the backup copy pod alike)."""
     return {
         "runAsNonRoot": True,
         "runAsUser": VERIFIER_USER,
@@ -153,7 +154,7 @@ def _verifier_container(request: VerifierRequest) -> dict[str, Any]:
         "command": _verify_command(request, BLOCK_DEVICE_PATH if block else FILESYSTEM_DISK_PATH),
         "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
         "resources": {kind: dict(values) for kind, values in DEFAULT_RESOURCES.items()},
-        "securityContext": _container_security_context(),
+        "securityContext": restricted_container_security_context(),
         "terminationMessagePath": TERMINATION_LOG_PATH,
         "terminationMessagePolicy": "File",
     }
@@ -164,7 +165,8 @@ def _verifier_container(request: VerifierRequest) -> dict[str, Any]:
     return container
 
 
-def _pod_security_context() -> dict[str, Any]:
+def disk_reader_pod_security_context() -> dict[str, Any]:
+    """Restricted PSS for a pod that only reads disks CDI and KubeVirt wrote (group qemu, no fsGroup)."""
     return {
         "runAsNonRoot": True,
         "runAsUser": VERIFIER_USER,
@@ -195,7 +197,7 @@ def render_verifier_pod(owner: Owner, request: VerifierRequest) -> dict[str, Any
             "terminationGracePeriodSeconds": 5,
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
-            "securityContext": _pod_security_context(),
+            "securityContext": disk_reader_pod_security_context(),
             "containers": [_verifier_container(request)],
             "volumes": [
                 {"name": "disk", "persistentVolumeClaim": {"claimName": request.pvc_name, "readOnly": True}}

@@ -78,6 +78,7 @@ def register_kind(kind: Kind) -> Kind:
 
 
 UDS_VM = register_kind(Kind(UDS_API_VERSION, "UDSVirtualMachine", "udsvirtualmachines"))
+UDS_VM_BACKUP = register_kind(Kind(UDS_API_VERSION, "UDSVirtualMachineBackup", "udsvirtualmachinebackups"))
 DATA_VOLUME = register_kind(Kind(CDI_API_VERSION, "DataVolume", "datavolumes"))
 DATA_SOURCE = register_kind(Kind(CDI_API_VERSION, "DataSource", "datasources"))
 VIRTUAL_MACHINE = register_kind(Kind(KUBEVIRT_API_VERSION, "VirtualMachine", "virtualmachines"))
@@ -108,6 +109,10 @@ VIRTUAL_MACHINE_INSTANCE_ACTIONS = Kind(
     KUBEVIRT_SUBRESOURCES_API_VERSION, "VirtualMachineInstance", "virtualmachineinstances"
 )
 """Where virt-api serves a running guest's agent actions (``freeze``, ``unfreeze``, ``userlist``)."""
+ANY_RESPONSE = "application/json, */*"
+"""The Accept header for virt-api's actions (restart, freeze, unfreeze): their routes declare no
+response type, so a bare ``application/json`` gets 406 Not Acceptable (measured, virt-api v1.8.4); virtctl
+sends */*."""
 CRD = register_kind(
     Kind(APIEXTENSIONS_API_VERSION, "CustomResourceDefinition", "customresourcedefinitions", namespaced=False)
 )

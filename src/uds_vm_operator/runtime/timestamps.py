@@ -20,4 +20,15 @@ def micro_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-__all__ = ["micro_time", "rfc3339", "utc_now"]
+def parse_rfc3339(text: object) -> datetime | None:
+    """A Kubernetes timestamp (``...Z`` or an offset) as an aware datetime; None when absent or unreadable."""
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+__all__ = ["micro_time", "parse_rfc3339", "rfc3339", "utc_now"]

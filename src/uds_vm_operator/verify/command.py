@@ -10,7 +10,7 @@ import argparse
 import sys
 import time
 
-DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+from uds_vm_operator.termination import add_termination_log_argument, write_termination_log
 
 
 def _positive_int(text: str) -> int:
@@ -37,11 +37,7 @@ def add_verify_disk_parser(sub: argparse._SubParsersAction[argparse.ArgumentPars
     parser.add_argument("--path", required=True, help="disk.img on a filesystem volume, or the block device")
     parser.add_argument("--virtual-size", required=True, type=_positive_int, help="bytes to hash")
     parser.add_argument("--expected", required=True, help="sha256:<64 hex> or sha512:<128 hex>")
-    parser.add_argument(
-        "--termination-log",
-        default=DEFAULT_TERMINATION_LOG,
-        help=f"where to write the JSON result (default {DEFAULT_TERMINATION_LOG}; '' to skip)",
-    )
+    add_termination_log_argument(parser)
 
 
 def run_verify_disk(args: argparse.Namespace) -> int:
@@ -59,14 +55,5 @@ def run_verify_disk(args: argparse.Namespace) -> int:
         mib_per_s = result.bytes / elapsed_s / (1 << 20)
         summary = f"hashed {result.bytes} bytes in {elapsed_s:.2f} s ({mib_per_s:.0f} MiB/s)"
         print(f"verify-disk: {result.result}: {summary}", file=sys.stderr)
-    if args.termination_log:
-        try:
-            with open(args.termination_log, "w", encoding="utf-8") as handle:
-                handle.write(document)
-        except OSError as exc:
-            print(
-                f"verify-disk: warning: could not write the result to {args.termination_log}: "
-                f"{exc.strerror}; pass --termination-log '' when running outside a pod",
-                file=sys.stderr,
-            )
+    write_termination_log("verify-disk", args.termination_log, document)
     return result.exit_code

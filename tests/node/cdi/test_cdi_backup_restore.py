@@ -15,17 +15,11 @@ the file is read back over SSH. Then one byte of the stored object is flipped: a
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,128 +29,59 @@ from cdi_support import (
     await_import,
     await_verified,
     bridge_image_server,
+    file_digest,
     http_udsvm,
-    running_operator,
     vm_status,
 )
 from kubevirt_guest import GUEST_USER, GuestKeys, booted_cloud_init, build_guest_image, make_keys, ssh
 from kubevirt_node import kubevirt_fixture, the_launcher_pod, vmi_path  # noqa: F401 (the session fixture)
 from node_cluster import NodeHandle, wait_until
 
-from cdi.test_cdi_kubevirt_boot import boot_times, condition_true
+from cdi.test_cdi_kubevirt_boot import (  # noqa: F401 (operator_fixture: shared with the boot test)
+    SSH_FROM_ADMIN,
+    boot_times,
+    condition_true,
+    operator_fixture,
+)
+from cdi.upload_support import vmctl
 from integration.operator_harness import OperatorProcess
+from s3_gateway import ACCESS_KEY, SECRET_KEY, Gateway, running_gateway
 
 NAMESPACE = "cdi-backup"
 ROOT = Path(__file__).resolve().parents[3]
-VMCTL = (sys.executable, "-m", "uds_vm_operator.cli.main")
 UDSVM = "/apis/uds.dev/v1alpha1"
 BUCKET = "vm-backups"
-ACCESS_KEY, SECRET_KEY = "uds-backup", "not-a-real-secret-0123456789"
-SSH_FROM_ADMIN = {
-    "allow": [
-        {"direction": "Ingress", "podSelector": {"matchLabels": {"app": "admin"}}, "ports": [{"port": 22}]}
-    ]
-}
 RESULTS = ROOT / ".envtest" / "backup-restore.json"
 
 
-@dataclass(frozen=True)
-class S3Server:
-    endpoint: str
-    region: str
-    root: Path
-
-
-def free_port(address: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((address, 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
-def s3(tmp_path: Path) -> Iterator[S3Server]:
-    """Versity's S3 gateway on the node's bridge address (where pods reach it), objects as plain files."""
-    binary = subprocess.run(
-        [str(ROOT / "tools" / "s3" / "build.sh")], capture_output=True, text=True, check=False, timeout=1800
-    )
-    assert binary.returncode == 0, binary.stderr[-2000:]
-    root = tmp_path / "s3"
-    (root / BUCKET).mkdir(parents=True)  # the posix backend serves each top-level folder as a bucket
-    port = free_port(NODE_ADDRESS)
-    # CDI's importer signs with the endpoint host's first label as region ("10" for 10.244.0.1:port).
-    region = NODE_ADDRESS.split(".")[0]
-    process = subprocess.Popen(
-        [
-            binary.stdout.strip(),
-            "--access",
-            ACCESS_KEY,
-            "--secret",
-            SECRET_KEY,
-            "--region",
-            region,
-            "--port",
-            f"{NODE_ADDRESS}:{port}",
-            "posix",
-            str(root),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        wait_until("the S3 gateway to listen", lambda: _listening(NODE_ADDRESS, port), 30, 0.2)
-        yield S3Server(f"http://{NODE_ADDRESS}:{port}", region, root)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+def s3(tmp_path: Path) -> Iterator[Gateway]:
+    """The S3 gateway on the node's bridge address (where pods reach it) with the bucket the VM names."""
+    with running_gateway(tmp_path, address=NODE_ADDRESS) as gateway:
+        gateway.new_bucket(BUCKET)
+        yield gateway
 
 
-def _listening(address: str, port: int) -> bool:
-    with socket.socket() as probe:
-        probe.settimeout(0.5)
-        return probe.connect_ex((address, port)) == 0
-
-
-@pytest.fixture
-def operator(
-    cdi: NodeHandle, kubevirt: NodeHandle, operator_image: str, cdi_ns: str, tmp_path: Path
-) -> Iterator[OperatorProcess]:
-    with running_operator(cdi, cdi_ns, tmp_path / "logs", operator_image) as process:
-        yield process
-
-
-def vmctl(node: NodeHandle, *args: str, timeout: int = 1800) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*VMCTL, *args, "--kubeconfig", str(node.kubeconfig)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-    )
+def vmctl_on(node: NodeHandle, *args: str) -> subprocess.CompletedProcess[str]:
+    """`uds-vmctl` against the node's API server."""
+    return vmctl(*args, "--kubeconfig", str(node.kubeconfig))
 
 
 def compliance(node: NodeHandle, namespace: str) -> dict[str, dict[str, str]]:
     """`uds-vmctl compliance validate --json`: VM -> control -> result."""
-    done = vmctl(node, "compliance", "validate", "-n", namespace, "--json", timeout=300)
+    done = vmctl_on(node, "compliance", "validate", "-n", namespace, "--json")
     assert done.returncode in (0, 1) and done.stdout.strip(), done.stderr[-2000:]
     return {vm["name"]: vm["controls"] for vm in json.loads(done.stdout)["vms"]}
 
 
-def object_file(s3: S3Server, url: str) -> Path:
-    """Where the gateway keeps an object (``<root>/<bucket>/<key>``)."""
-    return s3.root / url.split("://", 1)[1].partition("/")[2]
+def object_file(s3: Gateway, url: str) -> Path:
+    """Where the gateway keeps the object a backup recorded (``http://host/<bucket>/<key>``)."""
+    bucket, _, key = url.split("://", 1)[1].partition("/")[2].partition("/")
+    return s3.object_file(bucket, key)
 
 
 def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return "sha256:" + digest.hexdigest()
+    return "sha256:" + file_digest(path)
 
 
 def events(node: NodeHandle, namespace: str, name: str) -> list[str]:
@@ -165,7 +90,7 @@ def events(node: NodeHandle, namespace: str, name: str) -> list[str]:
 
 
 def first_import(
-    node: NodeHandle, namespace: str, image: Path, *, keys: GuestKeys, s3: S3Server, tmp: Path
+    node: NodeHandle, namespace: str, image: Path, *, keys: GuestKeys, s3: Gateway, tmp: Path
 ) -> None:
     """`web`: CDI's HTTP import of the guest image, with spec.backup pointing at the bucket."""
     srv = tmp / "srv"
@@ -191,17 +116,17 @@ def first_import(
 
 
 def restore(node: NodeHandle, namespace: str, backup: str, new_name: str) -> dict[str, Any]:
-    done = vmctl(node, "restore", backup, "--as", new_name, "-n", namespace, "--json")
+    done = vmctl_on(node, "restore", backup, "--as", new_name, "-n", namespace, "--json")
     assert done.returncode == 0, done.stderr[-3000:]
     return dict(json.loads(done.stdout))
 
 
 def take_backup(
-    node: NodeHandle, namespace: str, s3: S3Server, figures: dict[str, Any]
+    node: NodeHandle, namespace: str, s3: Gateway, figures: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any], Path]:
     """`uds-vmctl backup web`: Succeeded, frozen, the record equal to the stored object's sha256."""
     started = time.monotonic()
-    done = vmctl(node, "backup", "web", "-n", namespace, "--json")
+    done = vmctl_on(node, "backup", "web", "-n", namespace, "--json")
     figures["backup_wall_s"] = round(time.monotonic() - started, 1)
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
     backup = json.loads(done.stdout)
@@ -240,7 +165,7 @@ def assert_refused(node: NodeHandle, namespace: str, name: str, recorded: str) -
 
 
 def test_a_backed_up_guest_is_restored_verified_and_a_tampered_backup_never_boots(
-    cdi: NodeHandle, operator: OperatorProcess, cdi_ns: str, s3: S3Server, tmp_path: Path
+    cdi: NodeHandle, operator: OperatorProcess, cdi_ns: str, s3: Gateway, tmp_path: Path
 ) -> None:
     node = cdi
     image = build_guest_image()

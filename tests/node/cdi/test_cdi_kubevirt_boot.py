@@ -58,11 +58,12 @@ SSH_FROM_ADMIN = {
 TIMES = Path(__file__).resolve().parents[3] / ".envtest" / "kubevirt-boot-times.json"
 
 
-@pytest.fixture
-def operator(
+@pytest.fixture(name="operator")
+def operator_fixture(
     cdi: NodeHandle, kubevirt: NodeHandle, operator_image: str, cdi_ns: str, tmp_path: Path
 ) -> Iterator[OperatorProcess]:
-    """The operator as a host process; its verifier pods run the operator's image on the node."""
+    """The operator as a host process; its verifier pods run the operator's image on the node (shared with
+    the backup/restore test)."""
     with running_operator(cdi, cdi_ns, tmp_path / "logs", operator_image) as process:
         yield process
 
