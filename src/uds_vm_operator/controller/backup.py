@@ -160,8 +160,8 @@ class BackupController(Controller):
         status = dict(backup.get("status") or {})
         if status.get("phase") in FINISHED_PHASES:
             self._subjects.pop((namespace, name), None)
-            if status.get("phase") == "Succeeded" and self._copy_pod_may_exist((namespace, name)):
-                await self._clean_up(namespace, name)  # a failed copy pod stays for its log
+            if self._copy_pod_may_exist((namespace, name)):
+                await self._clean_up(namespace, name)
             return outcome
         meta = backup.get("metadata") or {}
         self._subjects[(namespace, name)] = {
@@ -363,7 +363,7 @@ class BackupController(Controller):
         if report.get("result") != "ok":
             why = f" ({status['message']})" if status.get("message") else ""
             failed = f"the copy failed: {report.get('message') or 'no report'}{why}"
-            await self._fail(backup, status, failed, keep_pod=True)
+            await self._fail(backup, status, failed)
             outcome.finished = "Failed"
             return
         started = parse_rfc3339(status.get("startedAt"))
@@ -414,10 +414,10 @@ class BackupController(Controller):
             with contextlib.suppress(KubeApiError):
                 await self.api.delete(BACKUP, namespace, old)
 
-    async def _fail(
-        self, backup: Mapping[str, Any], status: dict[str, Any], message: str, *, keep_pod: bool = False
-    ) -> None:
-        """Record the failure; a failed copy pod is kept for its log (deleted with the backup)."""
+    async def _fail(self, backup: Mapping[str, Any], status: dict[str, Any], message: str) -> None:
+        """Record the failure (the copy's report, or its log's tail, is in the message) and remove the copy
+        pod: even a failed pod that names the VM's claim holds it (pvc-protection), so the VM's disk could
+        not be deleted while it stays (measured on the real node)."""
         meta = backup["metadata"]
         vm_name = str((backup.get("spec") or {}).get("vmName") or "")
         now = self.clock()
@@ -425,8 +425,7 @@ class BackupController(Controller):
         await self.status_writer.publish(backup, desired)
         self.metrics.record_backup(str(meta["namespace"]), vm_name, "failure")
         await self.emit(backup, "Warning", "BackupFailed", message)
-        if not keep_pod:
-            await self._clean_up(str(meta["namespace"]), str(meta["name"]))
+        await self._clean_up(str(meta["namespace"]), str(meta["name"]))
 
     async def _clean_up(self, namespace: str, name: str) -> None:
         """The copy pod and its policy go once the backup's record is written (the policy last)."""

@@ -36,6 +36,7 @@ from cdi_support import (
 from kubevirt_guest import GUEST_USER, GuestKeys, booted_cloud_init, build_guest_image, make_keys, ssh
 from kubevirt_node import kubevirt_fixture, the_launcher_pod, vmi_path  # noqa: F401 (the session fixture)
 from node_cluster import NodeHandle, wait_until
+from prometheus_client.parser import text_string_to_metric_families
 
 from cdi.test_cdi_kubevirt_boot import (  # noqa: F401 (operator_fixture: shared with the boot test)
     SSH_FROM_ADMIN,
@@ -164,21 +165,61 @@ def assert_refused(node: NodeHandle, namespace: str, name: str, recorded: str) -
     assert (kv_vm.get("spec") or {}).get("runStrategy", "Halted") == "Halted", kv_vm.get("spec")
 
 
+def flip_a_byte(path: Path, offset: int) -> None:
+    """What an attacker (or a failing disk) does to a stored backup."""
+    with open(path, "r+b") as handle:
+        handle.seek(offset)
+        byte = handle.read(1)
+        handle.seek(offset)
+        handle.write(bytes([byte[0] ^ 0x01]))
+
+
+def set_s3_secret(node: NodeHandle, namespace: str, secret_key: str) -> None:
+    """The VM's backup Secret, in CDI's S3 format."""
+    node.api.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "backup-s3", "namespace": namespace},
+            "stringData": {"accessKeyId": ACCESS_KEY, "secretKey": secret_key},
+        },
+        f"/api/v1/namespaces/{namespace}/secrets/backup-s3",
+    )
+
+
+def assert_refused_backup(node: NodeHandle, namespace: str) -> None:
+    """`uds-vmctl backup` with a wrong secret: exit 1, Failed naming the store's refusal, the pod removed."""
+    done = vmctl_on(node, "backup", "web", "-n", namespace, "--json")
+    assert done.returncode == 1, done.stderr[-3000:] + done.stdout[-2000:]
+    backup = json.loads(done.stdout)
+    status = backup["status"]
+    assert status["phase"] == "Failed" and "SignatureDoesNotMatch" in status["message"], status
+    pod_path = f"/api/v1/namespaces/{namespace}/pods/{backup['metadata']['name']}-copy"
+    wait_until(
+        "the failed copy pod removed (it holds the VM's claim)", lambda: node.api.get(pod_path) is None, 60
+    )
+    assert "BackupFailed" in events(node, namespace, backup["metadata"]["name"])
+
+
+def assert_backup_metrics(operator: OperatorProcess, namespace: str, size: int) -> None:
+    """The operator's /metrics: one failure, one success, the last backup's size for the VM."""
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(operator.metrics())
+        for sample in family.samples
+    }
+    assert samples[("uds_vm_backups_total", (("result", "failure"),))] == 1
+    assert samples[("uds_vm_backups_total", (("result", "success"),))] == 1
+    assert samples[("uds_vm_backup_size_bytes", (("namespace", namespace), ("vm", "web")))] == size
+
+
 def test_a_backed_up_guest_is_restored_verified_and_a_tampered_backup_never_boots(
     cdi: NodeHandle, operator: OperatorProcess, cdi_ns: str, s3: Gateway, tmp_path: Path
 ) -> None:
     node = cdi
     image = build_guest_image()
     keys = make_keys(tmp_path)
-    node.api.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "backup-s3", "namespace": cdi_ns},
-            "stringData": {"accessKeyId": ACCESS_KEY, "secretKey": SECRET_KEY},
-        },
-        f"/api/v1/namespaces/{cdi_ns}/secrets/backup-s3",
-    )
+    set_s3_secret(node, cdi_ns, "not-the-secret")  # first wrong: the real store refuses it (step 2)
     admin = node.container_pid(node.client_pod(cdi_ns, "admin", {"app": "admin"}))
     figures: dict[str, Any] = {}
 
@@ -193,8 +234,12 @@ def test_a_backed_up_guest_is_restored_verified_and_a_tampered_backup_never_boot
     )
     assert wrote.returncode == 0 and wrote.stdout.strip() == proof, wrote
 
-    # 2. Backup: the guest frozen through its agent, the disk's sha256 recorded.
+    # 2. A backup signed with a wrong key is refused by the real store: Failed, its pod removed, the guest
+    #    thawed. With the right key: the guest frozen through its agent, the sha256 recorded.
+    assert_refused_backup(node, cdi_ns)
+    set_s3_secret(node, cdi_ns, SECRET_KEY)
     backup, root, stored = take_backup(node, cdi_ns, s3, figures)
+    assert_backup_metrics(operator, cdi_ns, root["bytes"])
     assert stored.stat().st_size >= image.stat().st_size
     thawed = ssh(admin, web["ip"], GUEST_USER, keys.ops, "touch after-backup && echo ok")
     assert thawed.stdout.strip() == "ok", f"the guest was left frozen: {thawed}"
@@ -219,11 +264,7 @@ def test_a_backed_up_guest_is_restored_verified_and_a_tampered_backup_never_boot
     figures["restore_import_s"] = round(time.monotonic() - started, 1)
 
     # 5. Meanwhile one byte of the stored backup is flipped, and a second restore is asked for.
-    with open(stored, "r+b") as handle:
-        handle.seek(root["bytes"] // 2)
-        byte = handle.read(1)
-        handle.seek(root["bytes"] // 2)
-        handle.write(bytes([byte[0] ^ 0x01]))
+    flip_a_byte(stored, root["bytes"] // 2)
     restore(node, cdi_ns, backup["metadata"]["name"], "tampered")
 
     verified = await_verified(node, cdi_ns, "back", "the restored disk verified", 900)
