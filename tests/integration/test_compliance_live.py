@@ -14,6 +14,7 @@ from typing import Any
 
 from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.core_v1 import PersistentVolumeClaim
 from lightkube.types import PatchType
 
 from kube_helpers import apply_strict, as_resource, create_strict
@@ -110,6 +111,21 @@ def test_live_evidence_satisfies_every_control_and_each_tamper_flips_one(
     finally:
         for role in chart_clusterroles():
             kube_client.delete(type(as_resource(role)), role["metadata"]["name"])
+        release_claims(kube_client, namespace)
+
+
+def release_claims(client: Client, namespace: str) -> None:
+    """Play the pvc-protection controller (absent from this control plane): the data-disk claims would
+    otherwise hold the namespace in Terminating for every later test."""
+    for pvc in client.list(PersistentVolumeClaim, namespace=namespace):
+        if pvc.metadata.finalizers:
+            client.patch(
+                PersistentVolumeClaim,
+                pvc.metadata.name,
+                {"metadata": {"finalizers": None}},
+                namespace=namespace,
+                patch_type=PatchType.MERGE,
+            )
 
 
 def run_tamper_matrix(control_plane: Any, kube_client: Client, namespace: str, tmp_path: Path) -> None:
