@@ -133,9 +133,16 @@ def _boot_once(image: Path, workdir: Path, name: str) -> dict[str, Any]:
             "'Server listening|Accepted publickey|Started user@|Finished systemd-user-sessions|"
             "Finished cloud-|Started ssh|Reached target (network-online|multi-user)' | head -n 40"
         )
-        facts = guest.ssh("ops", key, script, timeout_s=300)
+        # cloud-config may restart sshd just after the first login (it closes that connection): try again.
+        for _attempt in range(3):
+            facts = guest.ssh("ops", key, script, timeout_s=300)
+            if facts.stdout.strip():
+                break
+            time.sleep(3)
     finally:
         guest.stop()
+    if not facts.stdout.strip():
+        raise RuntimeError(f"the boot's breakdown could not be read over SSH: {facts.stderr[-2000:]}")
     parts = facts.stdout.split("===\n")
     head = parts[0].splitlines()
     userspace_us, finish_us = int(head[0] or 0), int(head[1] or 0)

@@ -1,7 +1,8 @@
 """Disk images made in a test with real tools, and an HTTP server for them that CDI's importer accepts.
 
 Shared by the CDI worker-image tier (tests/cdi_images: the importer run in its image, no cluster) and the
-real-node tier (tests/node/test_cdi_*: CDI's importer pods on the node fetch from the node's bridge address).
+real-node tier (tests/node/cdi/test_cdi_*: CDI's importer pods on the node fetch from the node's bridge
+address).
 """
 
 from __future__ import annotations

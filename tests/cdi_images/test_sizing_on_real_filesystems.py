@@ -5,7 +5,7 @@ it may use on a Filesystem volume and refuses an image whose virtual size is lar
 required"). So the property that matters is: free space of a fresh filesystem of `pvc_mib(v)` MiB >= v MiB.
 This checks it across 1 MiB .. 64 GiB on ext4 and xfs (sparse loop devices, formatted as CSI drivers format
 them), in seconds and without a cluster; the imports themselves are in test_worker_images.py and on the
-real node (tests/node/test_cdi_sizing.py).
+real node (tests/node/cdi/test_cdi_sizing.py).
 """
 
 from __future__ import annotations

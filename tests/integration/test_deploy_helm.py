@@ -13,6 +13,6 @@ ROOT = Path(__file__).resolve().parents[2]
 def helm_path() -> str:
     result = subprocess.run([str(ROOT / "tools/helm/build.sh")], capture_output=True, text=True, check=False)
     assert result.returncode == 0, (
-        f"helm could not be built (needs Go >= 1.24; tools/helm/build.sh): {result.stderr}"
+        f"helm could not be built (needs Go >= 1.26.8; tools/helm/build.sh): {result.stderr}"
     )
     return result.stdout.strip()

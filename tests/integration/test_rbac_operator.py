@@ -38,7 +38,7 @@ MUST_ALLOW = [
     ("create", "uds.dev", "udsvirtualmachines", ""),  # pool members
     ("delete", "uds.dev", "udsvirtualmachines", ""),
     ("patch", "uds.dev", "udsvirtualmachines", ""),  # a deleting member's release finalizer only (VAP)
-    ("delete", "kubevirt.io", "virtualmachines", ""),  # a deleting member's children (ADR 0010)
+    ("delete", "kubevirt.io", "virtualmachines", ""),  # a deleting member's children (ADR 0018)
     ("delete", "", "secrets", ""),
     ("delete", "", "persistentvolumeclaims", ""),
     ("patch", "uds.dev", "udsvirtualmachinepools", "status"),

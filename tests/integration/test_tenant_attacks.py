@@ -485,7 +485,7 @@ def test_refusals_name_the_author_and_the_namespace(api: Api, world: dict[str, s
 def test_the_operators_identity_may_only_remove_a_finalizer_from_a_vm(
     api: Api, world: dict[str, str]
 ) -> None:
-    """The operator may patch UDSVirtualMachines (to let a deleting pool member go, ADR 0010); the chart's
+    """The operator may patch UDSVirtualMachines (to let a deleting pool member go, ADR 0018); the chart's
     own-writes policy keeps that right from rewriting anything of the user's. Its RBAC is granted here so the
     refusal below is admission's, not authorisation's."""
     tenant = world["tenant"]

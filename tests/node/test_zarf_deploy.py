@@ -26,6 +26,7 @@ import os
 import platform
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -59,9 +60,30 @@ def run(args: list[str], *, env: dict[str, str], cwd: Path | None = None, what: 
     return result.stdout
 
 
+def zarf_scratch_dirs() -> set[Path]:
+    """The package layouts zarf unpacks into the machine's temporary folder (``zarf-<digits>``)."""
+    return set(Path(tempfile.gettempdir()).glob("zarf-*"))
+
+
 @pytest.fixture(scope="module")
-def zarf_env(node: NodeHandle) -> dict[str, str]:
-    return {**os.environ, "ENVTEST_DIR": str(node.state_dir), "KUBECONFIG": str(node.kubeconfig)}
+def zarf_env(node: NodeHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """zarf's environment: this node, and a TMPDIR of the module's own that is removed after it.
+
+    zarf v0.70.0 leaves each package it loads for a verify or a deploy (about 100 MB, refused ones included)
+    in ``$TMPDIR/zarf-*``: seven per run of this module, 9 GB in /tmp after a dozen runs, until the kubelet
+    evicts pods for DiskPressure. Nothing of it may land in the machine's own temporary folder.
+    """
+    scratch = tmp_path_factory.mktemp("zarf-tmpdir")
+    before = zarf_scratch_dirs()
+    yield {
+        **os.environ,
+        "ENVTEST_DIR": str(node.state_dir),
+        "KUBECONFIG": str(node.kubeconfig),
+        "TMPDIR": str(scratch),
+    }
+    shutil.rmtree(scratch, ignore_errors=True)
+    leaked = zarf_scratch_dirs() - before
+    assert not leaked, f"zarf left package layouts in {tempfile.gettempdir()}: {sorted(map(str, leaked))}"
 
 
 @pytest.fixture(scope="module")

@@ -58,7 +58,7 @@ REQUIRED = {
 @cache
 def helm() -> str:
     result = subprocess.run([str(ROOT / "tools/helm/build.sh")], capture_output=True, text=True, check=False)
-    assert result.returncode == 0, f"helm could not be built (needs Go >= 1.24): {result.stderr}"
+    assert result.returncode == 0, f"helm could not be built (needs Go >= 1.26.8): {result.stderr}"
     return result.stdout.strip()
 
 

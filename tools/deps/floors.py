@@ -3,8 +3,10 @@
 Every runtime dependency must be declared ``name>=FLOOR``; a throwaway venv under
 ~/.cache/uds-vm-operator/floors-<hash of pyproject.toml>/ gets ``name==FLOOR`` for each (from PyPI, through
 uv's cache) plus the dev tools, the installed versions are checked to be the floors, and the unit tier runs
-there. Excluded: the OSCAL tests (compliance-trestle, a dev tool, needs a newer pydantic than our floor) and
-the tests that need the Zarf/CDI schemas fetched into the main venv's cache.
+there. Deselected (``EXCLUDED``): ``tests/unit/test_compliance_oscal.py`` (compliance-trestle, a dev tool,
+needs a newer pydantic than our floor) and ``tests/unit/test_images_prep_schemas.py`` (prep's manifests
+against the CDI and Zarf schemas). Every other unit test runs, the other schema tests
+(``test_render_upstream_schemas.py``, ``test_zarf_package.py``) included.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A NetworkPolicy only isolates the pods its ``podSelector`` selects. KubeVirt's virt-controller gives the
 virt-launcher pod the labels of the VM's ``spec.template.metadata.labels`` (measured on the real node,
-tests/node/draft_kubevirt_vm_lifecycle.py), so evaluating the live policy's selector against the live VM's
+tests/node/test_kubevirt_vm_lifecycle.py), so evaluating the live policy's selector against the live VM's
 template labels decides, without listing pods, whether the policy can reach the VM at all. Comparing the
 policy with what we render is not enough: server-side apply keeps a label another field manager added to
 ``podSelector.matchLabels``, and such a policy is "in place as rendered" while it selects nothing.

@@ -1,8 +1,9 @@
-"""Disk-image inspection shared by ``uds-vmctl prep`` and the in-cluster verifier.
+"""Disk-image inspection for ``uds-vmctl prep``.
 
 Pure Python at run time (no qemu-img): detect the format (raw, qcow2, vmdk, vhdx, vpc, iso; inside gzip,
 xz, zstd, tar or OVA), read the virtual size exactly as ``qemu-img info`` reports it, name every external
 file the image depends on, and stream SHA-256 digests of the file and of the virtual disk's content.
+The in-cluster verifier (``verify/``) imports nothing from here: it hashes the disk with its own reader.
 """
 
 from uds_vm_operator.images.errors import (
