@@ -118,19 +118,41 @@ def _measure(handle: Any, namespace: str, work: Path) -> dict[str, Any]:
     }
 
 
-def run() -> dict[str, Any]:
-    """Import and verify 2 GiB through the real CDI; figures for bench/results/cdi_import_verify.json."""
+def prepare_node() -> tuple[Path, Any, bool, str]:
+    """The real node (reused when healthy, else started), CDI installed, the operator's image pushed:
+    (state dir, handle, whether this run started the node, the operator image's reference)."""
     state = Path(os.environ.get("UDS_NODE_STATE_DIR") or ROOT / ".envtest").resolve()
     started_node = not node_launcher.status(state, quiet=True)
     if started_node:
         node_launcher.up(state)
     handle = load_handle(state)
-    namespace = ""
     try:
         subprocess.run(
             [sys.executable, str(ROOT / "tools/cdi/install.py"), "--state-dir", str(state)], check=True
         )
         image = push_operator_image(state, "node-test")
+    except BaseException:
+        release_node(state, handle, "", started_node)
+        raise
+    return state, handle, started_node, image
+
+
+def release_node(state: Path, handle: Any, namespace: str, started_node: bool) -> None:
+    """Undo :func:`prepare_node`: the bench's namespace, and the node if this run started it."""
+    try:
+        if namespace:
+            handle.delete_namespace(namespace)
+        handle.api.close()
+    finally:
+        if started_node:
+            node_launcher.down(state, stop_plane=True)
+
+
+def run() -> dict[str, Any]:
+    """Import and verify 2 GiB through the real CDI; figures for bench/results/cdi_import_verify.json."""
+    state, handle, started_node, image = prepare_node()
+    namespace = ""
+    try:
         namespace = handle.namespace("bench-cdi")
         with tempfile.TemporaryDirectory(prefix="udsb-", dir="/tmp") as tmp:
             work = Path(tmp)
@@ -142,9 +164,5 @@ def run() -> dict[str, Any]:
             finally:
                 operator.stop()
     finally:
-        if namespace:
-            handle.delete_namespace(namespace)
-        handle.api.close()
-        if started_node:
-            node_launcher.down(state, stop_plane=True)
+        release_node(state, handle, namespace, started_node)
     return {"size_bytes": SIZE, "rounds": ROUNDS, "results": figures, "summary": figures}

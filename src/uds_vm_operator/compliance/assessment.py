@@ -8,19 +8,16 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from uds_vm_operator import __version__
 from uds_vm_operator.compliance.component import LULA_NS, OSCAL_VERSION
 from uds_vm_operator.compliance.evaluate import Finding, Observation
+from uds_vm_operator.runtime.timestamps import rfc3339
 
 SATISFIED = "satisfied"
 NOT_SATISFIED = "not-satisfied"
-
-
-def _timestamp(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="seconds")
 
 
 def _observation(observation: Observation, observation_id: str, collected: str) -> dict[str, Any]:
@@ -49,7 +46,7 @@ def build_assessment_results(
     finished: datetime,
 ) -> dict[str, Any]:
     """The assessment-results document (rooted at ``assessment-results``) for one evaluation run."""
-    collected = _timestamp(finished)
+    collected = rfc3339(finished)
     observations, oscal_findings = _observations_and_findings(findings, collected)
     result = _result(control_ids, started, finished, observations, oscal_findings)
     return {
@@ -113,8 +110,8 @@ def _result(
         "uuid": str(uuid.uuid4()),
         "title": "uds-vm-operator compliance validation",
         "description": "Lula validations of uds-vm-operator, evaluated per VM on live objects.",
-        "start": _timestamp(started),
-        "end": _timestamp(finished),
+        "start": rfc3339(started),
+        "end": rfc3339(finished),
         "reviewed-controls": {
             "control-selections": [
                 {

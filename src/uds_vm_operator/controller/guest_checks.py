@@ -36,7 +36,6 @@ MAX_REPORT_BYTES = 1 << 20
 REPORT_PATH = "/metrics?collect[]=textfile"
 """Only the textfile collector: the report is a few hundred bytes instead of the whole node's series."""
 
-SUBRESOURCES = "/apis/subresources.kubevirt.io/v1"
 Fetch = Callable[[str, int, str], Awaitable[str]]
 """(host, port, path) → the HTTP body; raises OSError or TimeoutError when the guest does not answer."""
 
@@ -253,7 +252,7 @@ class GuestChecker:
 
     async def _read(self, namespace: str, name: str, address: str) -> GuestFacts:
         self.calls += 2
-        path = f"{SUBRESOURCES}/namespaces/{namespace}/virtualmachineinstances/{name}/userlist"
+        path = kube.VIRTUAL_MACHINE_INSTANCE_ACTIONS.path(namespace, name, "userlist")
         try:
             userlist = await self.api.request("GET", path, what=f"guest user list of {namespace}/{name}")
         except (KubeApiError, KubeUnreachableError) as exc:

@@ -18,6 +18,7 @@ from typing import Any
 from uds_vm_operator import MANAGED_BY_LABEL
 from uds_vm_operator.apiversions import UDS_API_VERSION
 from uds_vm_operator.render.common import POOL_LABEL, RELEASE_FINALIZER
+from uds_vm_operator.runtime.timestamps import parse_rfc3339
 
 POOL_API_VERSION = UDS_API_VERSION
 POOL_KIND = "UDSVirtualMachinePool"
@@ -125,16 +126,10 @@ def _is_ready(status: Mapping[str, Any]) -> bool:
 
 
 def parse_timestamp(value: Any) -> datetime:
-    """Parse a Kubernetes RFC 3339 timestamp; a missing one counts as 'created just now' (epoch max)."""
+    """A Kubernetes RFC 3339 timestamp; a missing one counts as 'created just now' (epoch max)."""
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if not value:
-        return datetime.max.replace(tzinfo=UTC)
-    text = str(value)
-    if text.endswith("Z"):
-        text = text[:-1] + "+00:00"
-    parsed = datetime.fromisoformat(text)
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    return parse_rfc3339(value) or datetime.max.replace(tzinfo=UTC)
 
 
 def windows_computer_name(prefix: str, ordinal: int) -> str:
