@@ -127,8 +127,14 @@ cluster-down: ## stop the real node (if any) and the local control plane, by rec
 	@if [ -x $(PY) ]; then $(PY) tools/node/node.py down --with-plane --state-dir $(ENVTEST_DIR); \
 	  $(PY) tools/envtest/controlplane.py down --state-dir $(ENVTEST_DIR); fi
 
-demo: install system-deps node-deps envtest-bins node-bins helm-bin kubevirt-images cdi-images guest-image ## the main job, all real: a Debian image prepped, uploaded through CDI, verified, booted by KubeVirt, hardened, isolated, assessed
+demo: install ## the main job, all real: a Debian image prepped, uploaded through CDI, verified, booted by KubeVirt, hardened, isolated, assessed
+	@$(MAKE) --no-print-directory test-packages
+	@echo "make demo: building with -j$(TEST_JOBS) (warm: only checks; cold: the Go builds and images, progress below)"
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=line demo-builds
 	$(PY) tools/demo.py $(DEMO_ARGS)
+
+.PHONY: demo-builds
+demo-builds: envtest-bins node-bins helm-bin kubevirt-images cdi-images guest-image ## every build the demo needs (run in parallel by `make demo`, as `make test` runs test-builds)
 
 # --- Real CDI on the real node (issue 15; tools/cdi, ADR 0007) ---
 .PHONY: cdi-bins cdi-images cdi-up cdi-down test-cdi-images
