@@ -40,7 +40,7 @@ GROUPS: dict[str, list[str]] = {
     "node": ["tests/node"],
     "the other tiers": ["tests", "--ignore=tests/node"],
 }
-DURATIONS = ["--durations=15"]
+DURATIONS = ["--durations=30"]
 """Each process lists its slowest tests, so a CI log says where the time went."""
 
 
