@@ -82,6 +82,7 @@ chpasswd: {{expire: false, list: ["root:{HOSTILE_PASSWORD}", "ops:{HOSTILE_PASSW
 T = TypeVar("T")
 console = Console(highlight=False, width=max(120, Console().width))
 timings: list[tuple[str, float]] = []
+DEMO_STARTED = time.monotonic()
 
 
 class DemoError(RuntimeError):
@@ -99,8 +100,8 @@ def real(component: str, message: str) -> None:
 @contextmanager
 def stage(name: str) -> Iterator[None]:
     """Time one stage; the table at the end shows where the minutes go."""
-    console.rule(f"[bold]{name}")
     started = time.monotonic()
+    console.rule(f"[bold]{name}[/] [dim](at {started - DEMO_STARTED:.0f} s)")
     try:
         yield
     finally:
