@@ -19,6 +19,9 @@ from pathlib import Path
 import pytest
 from node_cluster import NodeHandle
 
+import processes
+from node import log_tail
+
 ROOT = Path(__file__).resolve().parents[2]
 # Bounds the whole demo on the tier's node: a warm demo takes about 4 min on a quiet machine, but it installs
 # CDI, KubeVirt and the chart again and boots under TCG after 50 min of other tests (the last CI: > 600 s).
@@ -46,29 +49,21 @@ def test_the_demo_runs_every_stage_on_real_components(node: NodeHandle) -> None:
     # The demo's output goes to a file as it runs, so a slow or stuck stage is seen (its rule, its last line)
     # even when the run is stopped from outside; the demo's own waits are bounded and fail first.
     log = node.state_dir / "logs" / "demo.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w", encoding="utf-8") as sink:
-        argv = [
-            sys.executable,
-            str(ROOT / "tools" / "demo.py"),
-            "--state-dir",
-            str(node.state_dir),
-            "--reuse-node",
-        ]
-        demo = subprocess.Popen(
-            argv,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ, "COLUMNS": "200"},
-            start_new_session=True,
-        )
-        try:
-            returncode = demo.wait(timeout=DEMO_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(demo.pid, signal.SIGKILL)
-            demo.wait(timeout=60)
-            pytest.fail(f"the demo ran past {DEMO_TIMEOUT_S} s; its output ({log}):\n{_tail(log)}")
+    log.unlink(missing_ok=True)  # spawn appends: the log holds this run only
+    argv = [
+        sys.executable,
+        str(ROOT / "tools" / "demo.py"),
+        "--state-dir",
+        str(node.state_dir),
+        "--reuse-node",
+    ]
+    demo, _ = processes.spawn("demo", argv, log, {**os.environ, "COLUMNS": "200"}, tie_to_parent=True)
+    try:
+        returncode = demo.wait(timeout=DEMO_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(demo.pid, signal.SIGKILL)  # the demo's own session: it and the helm, ssh, vmctl it started
+        demo.wait(timeout=60)
+        pytest.fail(f"the demo ran past {DEMO_TIMEOUT_S} s; its output ({log}):\n{log_tail(log, 120)}")
     output = log.read_text(encoding="utf-8", errors="replace")
     print(output)
     assert returncode == 0, output[-8000:]
@@ -79,7 +74,3 @@ def test_the_demo_runs_every_stage_on_real_components(node: NodeHandle) -> None:
     assert missing == [], f"stages missing from the timing table: {missing}\n{table}"
     assert "refused (Permission denied)" in output and "tampered copy refused" in output
     assert "status.checksumVerified = true by in-cluster-verifier" in output
-
-
-def _tail(log: Path, lines: int = 120) -> str:
-    return "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])

@@ -141,15 +141,16 @@ def _wait(
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if record is not None and not record.is_alive():
-            raise NodeError(f"{what} exited during start-up; last log lines ({log}):\n{_tail(log)}")
+            raise NodeError(f"{what} exited during start-up; last log lines ({log}):\n{log_tail(log)}")
         with contextlib.suppress(Exception):
             if probe():
                 return
         time.sleep(0.25)
-    raise NodeError(f"{what} not ready after {timeout_s:.0f} s; last log lines ({log}):\n{_tail(log)}")
+    raise NodeError(f"{what} not ready after {timeout_s:.0f} s; last log lines ({log}):\n{log_tail(log)}")
 
 
-def _tail(path: Path, lines: int = 30) -> str:
+def log_tail(path: Path, lines: int = 30) -> str:
+    """The last lines of a component's log, for an error message that must say what the component said."""
     try:
         return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
     except OSError:
