@@ -566,3 +566,22 @@ def test_missing_image_and_bad_kubeconfig_are_usage_errors(
     )
     assert result.exit_code == 2
     assert "kubeconfig" in result.output and "Traceback" not in result.output
+
+
+def test_json_reports_what_was_sent_and_where_the_time_went(served: Served, image: Path) -> None:
+    """`--json` is for scripts and benchmarks: one object on stdout, progress and messages on stderr."""
+    common = ["--uploadproxy-url", served.url, "--ca-file", str(served.ca_file), "--json"]
+    args = ["upload", str(image), "--name", "web", "--kubeconfig", str(served.kubeconfig), *common]
+    add_vm(served.fake, sha256_file(image))
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["bytesSent"] == IMAGE_BYTES and report["dataVolume"] == "web-dv", report
+    assert (report["udsVirtualMachine"], report["namespace"]) == ("web", "apps"), report
+    assert report["declaredDigest"] == sha256_file(image), report
+    assert 0 <= report["digestCheckSeconds"] <= report["totalSeconds"], report
+    assert 0 <= report["streamSeconds"] <= report["totalSeconds"], report
+    add_vm(served.fake, None)  # nothing declared: nothing checked, and the report says so
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["digestCheckSeconds"] is None

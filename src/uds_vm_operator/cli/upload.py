@@ -14,7 +14,9 @@ by :mod:`._errors`.
 
 from __future__ import annotations
 
+import json
 import stat
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,6 +63,7 @@ class UploadOptions:
     tls_server_name: str | None = None
     wait_s: float = 300.0
     poll_interval_s: float = 2.0
+    json_output: bool = False
 
 
 def run_upload(options: UploadOptions, console: Console) -> int:
@@ -97,6 +100,7 @@ def _check_usage(options: UploadOptions) -> None:
 
 
 def _upload(options: UploadOptions, cluster: KubeClient, console: Console) -> int:
+    began = time.monotonic()
     namespace = options.namespace or cluster.default_namespace
     dv_name = root_dv_name(options.name)
     vm = cluster.request(
@@ -116,6 +120,7 @@ def _upload(options: UploadOptions, cluster: KubeClient, console: Console) -> in
         )
     else:
         _check_local_digest(options.image, declared, console)
+    digest_checked = time.monotonic()
 
     token = request_upload_token(cluster, namespace, dv_name)
     target = ProxyTarget(
@@ -137,9 +142,23 @@ def _upload(options: UploadOptions, cluster: KubeClient, console: Console) -> in
         token = request_upload_token(cluster, namespace, dv_name)
 
     size = options.image.stat().st_size
+    streaming = time.monotonic()
     with byte_progress(console) as progress:
         task = progress.add_task(f"upload {options.image.name}", total=size)
         sent = stream_upload(target, token, options.image, on_progress=lambda n: progress.advance(task, n))
+    done = time.monotonic()
+    if options.json_output:
+        report = {
+            "udsVirtualMachine": options.name,
+            "namespace": namespace,
+            "dataVolume": dv_name,
+            "bytesSent": sent,
+            "declaredDigest": declared,
+            "digestCheckSeconds": round(digest_checked - began, 3) if declared else None,
+            "streamSeconds": round(done - streaming, 3),
+            "totalSeconds": round(done - began, 3),
+        }
+        sys.stdout.write(json.dumps(report) + "\n")
     console.print(
         f"uploaded {sent} bytes to {namespace}/{dv_name}; the operator now verifies the disk before the VM "
         f"may run (check with: uds-vmctl verify {options.name} -n {namespace})",
@@ -314,6 +333,14 @@ def register(app: typer.Typer) -> None:
             int,
             typer.Option("--wait-secs", min=0, help="How long to wait for the DataVolume to be UploadReady."),
         ] = 300,
+        json_output: Annotated[
+            bool,
+            typer.Option(
+                "--json",
+                help="Also print one JSON object on stdout when done: the bytes sent and the seconds spent "
+                "on the digest check and on streaming (progress stays on stderr).",
+            ),
+        ] = False,
     ) -> None:
         """Check IMAGE against the declared digest, then stream it to CDI's upload proxy."""
         options = UploadOptions(
@@ -326,5 +353,6 @@ def register(app: typer.Typer) -> None:
             ca_file=ca_file,
             tls_server_name=tls_server_name,
             wait_s=float(wait_secs),
+            json_output=json_output,
         )
         raise typer.Exit(run_upload(options, Console(stderr=True, soft_wrap=True)))
