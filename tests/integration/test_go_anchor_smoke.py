@@ -19,18 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_fixtures import udsvm, vm_path
-from operator_harness import Api, OperatorProcess
 
-from kube_helpers import wait_for
+from tests.integration.operator_fixtures import udsvm, vm_path
+from tests.integration.operator_harness import Api, OperatorProcess
+from tests.kube_helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 from bench.anchor_process import AnchorProcess  # noqa: E402
 from bench.anchor_render import calibrate, children_of, render_vm, write_rendered  # noqa: E402
-
 from uds_vm_operator.controller.compare import (  # noqa: E402
     APPLIED_HASH_ANNOTATION,
     is_subset,

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from fetch_crds import ensure_crds, ensure_kubevirt_crds
-from kubevirt_variants import enumerate_variants, vm_kubevirt_paths
-from pinned_versions import kubevirt_schema_versions, pinned_versions
+from tests.kubevirt_variants import enumerate_variants, vm_kubevirt_paths
+from tools.envtest.fetch_crds import ensure_crds, ensure_kubevirt_crds
+from tools.envtest.pinned_versions import kubevirt_schema_versions, pinned_versions
 from uds_vm_operator.api import parse_vm_spec
 from uds_vm_operator.render import ClusterFacts, Owner, render_children
 

@@ -29,12 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools" / "deploy"))
-sys.path.insert(0, str(ROOT / "tools" / "scan"))
+from tools.deploy import render
+from tools.scan import k8s_schemas
 
-import k8s_schemas  # noqa: E402
-import render  # noqa: E402  (tools/deploy/render.py: release, namespace and values of deploy/)
+ROOT = Path(__file__).resolve().parents[2]
 
 SKIPS_DOC = ROOT / "docs" / "chart-scanning.md"
 PROJECT_CRDS = ROOT / "deploy" / "crds"

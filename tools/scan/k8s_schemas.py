@@ -37,11 +37,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools" / "envtest"))
-
-from controlplane import PROJECT_CRD_DIR, ControlPlane, load_crd_documents, running_control_plane  # noqa: E402
-from pinned_versions import cache_root, pinned_versions  # noqa: E402
+from tools.envtest.controlplane import (
+    PROJECT_CRD_DIR,
+    ControlPlane,
+    load_crd_documents,
+    running_control_plane,
+)
+from tools.envtest.pinned_versions import cache_root, pinned_versions
 
 SCHEMA_LOCATION_TEMPLATE = "{{ .ResourceKind }}{{ .KindSuffix }}.json"
 """kubeconform's -schema-location, relative to the schema folder (kubeconform fills in kind and suffix)."""
