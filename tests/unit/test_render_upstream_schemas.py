@@ -80,7 +80,7 @@ def _crd_folder() -> Path:
     except Exception as error:  # the message must say how to get the schemas, not just fail
         pytest.fail(
             f"the upstream CRD cache is missing and could not be fetched ({error}); run "
-            "`python tools/envtest/fetch_crds.py` (needs Go and the Go module proxy) or `make cluster-up`"
+            "`python -m tools.envtest.fetch_crds` (needs Go and the Go module proxy) or `make cluster-up`"
         )
 
 
@@ -208,7 +208,8 @@ def _kubevirt_folder(version: str) -> Path:
         return ensure_kubevirt_crds(version)
     except Exception as error:
         pytest.fail(
-            f"KubeVirt {version}'s CRDs could not be fetched ({error}); run tools/envtest/fetch_crds.py"
+            f"KubeVirt {version}'s CRDs could not be fetched ({error}); "
+            "run python -m tools.envtest.fetch_crds"
         )
 
 

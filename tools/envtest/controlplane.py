@@ -8,7 +8,7 @@ and the project's own CRDs (deploy/crds) are installed and awaited until Establi
 
 Two ways in:
 - `with running_control_plane() as plane:` (the pytest session fixture) tears everything down on exit.
-- CLI: `python tools/envtest/controlplane.py up|down|status --state-dir DIR` (`make cluster-up/cluster-down`);
+- CLI: `python -m tools.envtest.controlplane up|down|status --state-dir DIR` (`make cluster-up/cluster-down`);
   `up` leaves the processes running in the background and records their PIDs in DIR/pids.json.
 """
 

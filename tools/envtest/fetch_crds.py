@@ -7,7 +7,7 @@ generated YAML in `pkg/operator/resources/crds_generated.go`, KubeVirt's schemas
 `validations_generated.go` (wrapped as its `crds.go` does), and the Gateway API CRDs are the release YAML
 shipped inside its module.
 
-Usage: python tools/envtest/fetch_crds.py [--force]   (prints the CRD folder on stdout)
+Usage: python -m tools.envtest.fetch_crds [--force]   (prints the CRD folder on stdout)
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ node, last) and waits until each answers.
 Idempotent: the generated manifests (and so the certificates) are kept in ``<state>/kubevirt/install.json``
 and re-applied unchanged on the next run.
 
-Usage: python tools/kubevirt/kubevirt_install.py up --state-dir .envtest
+Usage: python -m tools.kubevirt.kubevirt_install up --state-dir .envtest
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One real node joined to the test control plane: `python tools/node/node.py up|down|status --state-dir DIR`.
+"""One real node joined to the test control plane: `python -m tools.node.node up|down|status --state-dir DIR`.
 
 `up` (idempotent) starts, in order: the loopback OCI registry (Debian's docker-registry) with the node's own
 images pushed into it; the pod bridge with the node address (the API server listens there, so pods reach it);

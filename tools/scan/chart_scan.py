@@ -13,7 +13,7 @@ tools/deploy/render.py renders deploy/, the peered one, the cluster-scope one), 
 The image is rendered pinned by a well-formed fake digest (``sha256:000…``): a static scan has no built image,
 and the chart pins by digest by default. Exit 0 only if both scanners pass with no unexpected finding.
 
-Usage: python tools/scan/chart_scan.py [--keep DIR]   (``make chart-scan``)
+Usage: python -m tools.scan.chart_scan [--keep DIR]   (``make chart-scan``)
 """
 
 from __future__ import annotations

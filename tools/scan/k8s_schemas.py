@@ -20,7 +20,7 @@ core group (``deployment-apps-v1.json``, ``service-v1.json``, ``kopfpeering-kopf
 The folder is cached in ``~/.cache/uds-vm-operator/k8s-schemas-<K8S_VERSION>-<hash>/`` (hash of this file and
 deploy/crds), so the plane starts only when the pinned version, the converter or a CRD changed.
 
-Usage: python tools/scan/k8s_schemas.py   # prints the schema folder (writing it first if needed)
+Usage: python -m tools.scan.k8s_schemas   # prints the schema folder (writing it first if needed)
 """
 
 from __future__ import annotations
