@@ -40,15 +40,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import page_cache
 from bench._harness import api_server, fleet_vm, fresh_namespace, proc_status_mib
+from bench.anchor_process import ANCHOR_BIN, AnchorProcess
+from bench.anchor_render import GENERATION_PLACEHOLDER, NOW_PLACEHOLDER, calibrate, write_rendered
 from bench.image_env import image_environment
 
 ROOT = Path(__file__).resolve().parent.parent
-
-from bench import page_cache  # noqa: E402
-from bench.anchor_process import ANCHOR_BIN, AnchorProcess  # noqa: E402
-from bench.anchor_render import GENERATION_PLACEHOLDER, NOW_PLACEHOLDER, calibrate, write_rendered  # noqa: E402
-
 SIZES = (1000, 5000)
 WORKERS = 8
 SECTIONS = ("startup", "fleet", "pools")
