@@ -30,7 +30,7 @@ system-deps: ## install the reference tools the test tiers need (qemu-img, opens
 
 envtest-bins: install ## build (or reuse) kube-apiserver, kube-controller-manager, etcd and the upstream CRDs in ~/.cache/uds-vm-operator
 	@tools/envtest/build.sh >/dev/null
-	@$(PY) tools/envtest/fetch_crds.py >/dev/null
+	@$(PY) -m tools.envtest.fetch_crds >/dev/null
 
 crds: install ## regenerate the CRDs under deploy/crds from the pydantic models
 	$(PY) -m uds_vm_operator.api.crdgen deploy/crds
@@ -59,7 +59,7 @@ zarf-init-package: install image-deps image-registry zarf-bin ## Zarf's init pac
 	@tools/zarf/init-package.sh
 
 deploy-check: install ## fail if deploy/ differs from what the Helm chart renders
-	$(PY) tools/deploy/render.py --check
+	$(PY) -m tools.deploy.render --check
 
 compliance-check: install ## fail if compliance/oscal-component.yaml differs from the validations it is built from
 	$(PY) -m uds_vm_operator.compliance.component --check compliance/oscal-component.yaml
@@ -71,10 +71,10 @@ node-bins: envtest-bins ## build (or reuse) kubelet, kube-scheduler, kube-proxy,
 	@tools/node/build.sh >/dev/null
 
 node-up: install node-deps node-bins ## add one real node to the control plane (starts the plane first if needed); idempotent
-	$(PY) tools/node/node.py up --state-dir $(ENVTEST_DIR)
+	$(PY) -m tools.node.node up --state-dir $(ENVTEST_DIR)
 
 node-down: ## stop the real node and remove everything it made (processes, mounts, veths, bridge, loop devices, iptables)
-	@if [ -x $(PY) ]; then $(PY) tools/node/node.py down --state-dir $(ENVTEST_DIR); fi
+	@if [ -x $(PY) ]; then $(PY) -m tools.node.node down --state-dir $(ENVTEST_DIR); fi
 
 # `make test` prepares in three phases, because cold CI on two cores depends on it:
 #  1. the Debian packages, one script after another (apt and dpkg take one lock);
@@ -94,7 +94,7 @@ test: install ## install everything, build what the tiers need (in parallel), ch
 	@echo "make test: building with -j$(TEST_JOBS) (each build's log appears when it ends)"
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-builds
 	@$(MAKE) --no-print-directory -j2 --output-sync=target test-checks
-	$(PY) tools/run_test_tiers.py
+	$(PY) -m tools.run_test_tiers
 
 guest-deps: ## install the Debian packages the guest tier needs (QEMU, mmdebstrap, syslinux, xorriso, cloud-init)
 	@tools/guest/ensure-deps.sh
@@ -121,17 +121,17 @@ bench: install system-deps envtest-bins go-anchor guest-image ## run the benchma
 	$(PY) -m bench.run
 
 cluster-up: install envtest-bins ## start the local control plane in the background; writes .envtest/kubeconfig
-	$(PY) tools/envtest/controlplane.py up --state-dir $(ENVTEST_DIR)
+	$(PY) -m tools.envtest.controlplane up --state-dir $(ENVTEST_DIR)
 
 cluster-down: ## stop the real node (if any) and the local control plane, by recorded PIDs only
-	@if [ -x $(PY) ]; then $(PY) tools/node/node.py down --with-plane --state-dir $(ENVTEST_DIR); \
-	  $(PY) tools/envtest/controlplane.py down --state-dir $(ENVTEST_DIR); fi
+	@if [ -x $(PY) ]; then $(PY) -m tools.node.node down --with-plane --state-dir $(ENVTEST_DIR); \
+	  $(PY) -m tools.envtest.controlplane down --state-dir $(ENVTEST_DIR); fi
 
 demo: install ## the main job, all real: a Debian image prepped, uploaded through CDI, verified, booted by KubeVirt, hardened, isolated, assessed
 	@$(MAKE) --no-print-directory test-packages
 	@echo "make demo: building with -j$(TEST_JOBS) (warm: only checks; cold: the Go builds and images, progress below)"
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=line demo-builds
-	$(PY) tools/demo.py $(DEMO_ARGS)
+	$(PY) -m tools.demo $(DEMO_ARGS)
 
 .PHONY: demo-builds
 demo-builds: envtest-bins node-bins helm-bin kubevirt-images cdi-images guest-image ## every build the demo needs (run in parallel by `make demo`, as `make test` runs test-builds)
@@ -148,10 +148,10 @@ test-cdi-images: install system-deps cdi-images ## CDI's importer run inside our
 	$(PY) -m pytest -q tests/cdi_images
 
 cdi-up: install cdi-images node-up ## install the real CDI (cdi-operator + CDI resource) on the real node; idempotent
-	$(PY) tools/cdi/install.py --state-dir $(ENVTEST_DIR)
+	$(PY) -m tools.cdi.install --state-dir $(ENVTEST_DIR)
 
 cdi-down: install ## uninstall the real CDI (its operator removes its workloads); the plane gets CDI's CRDs back
-	$(PY) tools/cdi/install.py --state-dir $(ENVTEST_DIR) --down
+	$(PY) -m tools.cdi.install --state-dir $(ENVTEST_DIR) --down
 
 clean: cluster-down ## remove the virtualenv and local state (the binary cache in ~/.cache stays)
 	rm -rf $(VENV) $(ENVTEST_DIR) .mypy_cache .ruff_cache .pytest_cache
@@ -167,7 +167,7 @@ kubevirt-images: image-deps kubevirt-bins ## their images as OCI archives (launc
 
 kubevirt-up: node-up kubevirt-images ## the whole KubeVirt on the node: virt-api, virt-controller, virt-handler (guests boot under TCG); idempotent
 	@tools/kubevirt/images.sh $(ENVTEST_DIR) >/dev/null
-	$(PY) tools/kubevirt/kubevirt_install.py up --state-dir $(ENVTEST_DIR)
+	$(PY) -m tools.kubevirt.kubevirt_install up --state-dir $(ENVTEST_DIR)
 
 # --- A real Prometheus for the node tier (tools/prometheus): Debian's package, scraping guests through their policies ---
 .PHONY: prometheus-image s3-bin
@@ -191,10 +191,10 @@ image: install image-deps image-registry envtest-bins lock-check ## build the op
 	@tools/images/image.sh >/dev/null
 
 lock: install ## regenerate requirements.lock and requirements-build.lock with hashes (needs PyPI)
-	$(PY) tools/images/lock.py compile
+	$(PY) -m tools.images.lock compile
 
 lock-check: install ## fail if requirements.lock drifted from pyproject.toml's runtime dependencies
-	$(PY) tools/images/lock.py check
+	$(PY) -m tools.images.lock check
 
 s3-bin: ## build (or reuse) the Versity S3 gateway (the backup tests' object store, ADR 0020) into ~/.cache/uds-vm-operator
 	@tools/s3/build.sh >/dev/null
@@ -206,7 +206,7 @@ test-build: image provenance-bins ## build tier only: the operator image from in
 	$(PY) -m pytest -q tests/build
 
 test-floors: install ## the unit tier on the floor versions of the runtime dependencies (throwaway venv)
-	$(PY) tools/deps/floors.py
+	$(PY) -m tools.deps.floors
 
 # --- The Go anchor (issue 19, ADR 0010): a controller-runtime operator the fleet bench measures ours against ---
 .PHONY: go-anchor
@@ -218,7 +218,7 @@ go-anchor: ## build (or reuse) bench/go-anchor from the Go module proxy into ~/.
 scan-bins: install envtest-bins ## build (or reuse) kubeconform, checkov's own venv and kubeconform's schemas (from the real kube-apiserver) in ~/.cache/uds-vm-operator
 	@tools/scan/kubeconform-build.sh >/dev/null
 	@tools/scan/checkov-build.sh >/dev/null
-	@$(PY) tools/scan/k8s_schemas.py >/dev/null
+	@$(PY) -m tools.scan.k8s_schemas >/dev/null
 
 chart-scan: install helm-bin scan-bins ## kubeconform -strict and checkov on every flavour of the rendered chart; skips justified in docs/chart-scanning.md
-	$(PY) tools/scan/chart_scan.py
+	$(PY) -m tools.scan.chart_scan

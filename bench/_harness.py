@@ -3,8 +3,7 @@ names starting with ``_``).
 
 The API server to use, a fresh namespace on it, the fleet's VM manifest and a process's memory figures, so
 ``reconcile_scale``, ``fleet_anchor``, ``operator_startup`` and ``pool_rollout`` measure on the same footing.
-The test-tree imports are deferred: each benchmark puts ``tools/envtest`` and ``tests/integration`` on
-``sys.path`` when it is imported, before any of these is called.
+The test-tree imports (``tools.envtest``, ``tests.integration``) are deferred to the functions that use them.
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ def api_server() -> Iterator[Path]:
     if reuse:
         yield Path(reuse)
         return
-    from controlplane import running_control_plane  # noqa: PLC0415 (after sys.path is set up)
+    from tools.envtest.controlplane import running_control_plane  # noqa: PLC0415
 
     with running_control_plane() as plane:
         yield Path(plane.kubeconfig)
@@ -32,7 +31,7 @@ def api_server() -> Iterator[Path]:
 
 def fleet_vm(name: str, namespace: str) -> dict[str, Any]:
     """The VM the fleet benchmarks apply: the integration tests' ``udsvm``, so both judge one object."""
-    from operator_fixtures import udsvm  # noqa: PLC0415 (after sys.path is set up)
+    from tests.integration.operator_fixtures import udsvm  # noqa: PLC0415
 
     return udsvm(name, namespace)
 

@@ -10,18 +10,15 @@ Waiting until quiet, stopping and reading the log are ``OperatorProcess``'s own:
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+from tests.owned_process import OwnedProcess
+
 ROOT = Path(__file__).resolve().parent.parent
 ANCHOR_BIN = ROOT / ".envtest" / "bin" / "go-anchor"
-if str(ROOT / "tests") not in sys.path:
-    sys.path.insert(0, str(ROOT / "tests"))
-
-from owned_process import OwnedProcess  # noqa: E402 (tests/ on sys.path)
 
 
 class AnchorError(RuntimeError):
@@ -67,7 +64,7 @@ class AnchorProcess(OwnedProcess):
 
     def start(self) -> None:
         """Start and wait until its metrics endpoint answers (the manager is running)."""
-        from controlplane import free_loopback_port  # noqa: PLC0415 (tools/envtest on sys.path)
+        from tools.envtest.controlplane import free_loopback_port  # noqa: PLC0415
 
         if not ANCHOR_BIN.exists():
             raise AnchorError(f"{ANCHOR_BIN} is missing: run `make go-anchor`")

@@ -64,8 +64,7 @@ def calibrate(
 
     ``vm_manifest(name, namespace)`` builds the fleet's VM; the calibration VM is built the same way.
     """
-    from operator_harness import Api, OperatorProcess  # noqa: PLC0415
-
+    from tests.integration.operator_harness import Api, OperatorProcess  # noqa: PLC0415
     from uds_vm_operator.controller.compare import APPLIED_HASH_ANNOTATION, with_applied_hash  # noqa: PLC0415
 
     api = Api(kubeconfig)

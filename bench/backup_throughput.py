@@ -48,13 +48,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.image_env import image_environment
+from tests.s3_gateway import ACCESS_KEY, SECRET_KEY, Gateway, running_gateway
 from uds_vm_operator.backup.s3 import EMPTY_SHA256
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT / "tests") not in sys.path:
-    sys.path.insert(0, str(ROOT / "tests"))
-
-from s3_gateway import ACCESS_KEY, SECRET_KEY, Gateway, running_gateway  # noqa: E402 (tests/ on sys.path)
 
 MIB = 1 << 20
 ROUNDS = 3

@@ -29,16 +29,12 @@ from typing import Any
 import yaml
 
 from bench.page_cache import timed_from_disk
+from tests.integration.operator_harness import OperatorProcess
+from tests.node.cdi_support import datavolume, offer_volume, vm_status
+from tests.node.node_cluster import load_handle, push_operator_image, wait_until
+from tools.node import node as node_launcher
 
 ROOT = Path(__file__).resolve().parents[1]
-for sub in ("tools/node", "tools/envtest", "tests", "tests/node"):
-    sys.path.insert(0, str(ROOT / sub))
-
-from cdi_support import datavolume, offer_volume, vm_status  # noqa: E402
-from node_cluster import load_handle, push_operator_image, wait_until  # noqa: E402
-
-import node as node_launcher  # noqa: E402
-from integration.operator_harness import OperatorProcess  # noqa: E402
 
 SIZE = 2 << 30
 ROUNDS = 3
@@ -128,7 +124,7 @@ def prepare_node() -> tuple[Path, Any, bool, str]:
     handle = load_handle(state)
     try:
         subprocess.run(
-            [sys.executable, str(ROOT / "tools/cdi/install.py"), "--state-dir", str(state)], check=True
+            [sys.executable, "-m", "tools.cdi.install", "--state-dir", str(state)], cwd=ROOT, check=True
         )
         image = push_operator_image(state, "node-test")
     except BaseException:

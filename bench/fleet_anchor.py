@@ -40,18 +40,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import page_cache
 from bench._harness import api_server, fleet_vm, fresh_namespace, proc_status_mib
+from bench.anchor_process import ANCHOR_BIN, AnchorProcess
+from bench.anchor_render import GENERATION_PLACEHOLDER, NOW_PLACEHOLDER, calibrate, write_rendered
 from bench.image_env import image_environment
 
 ROOT = Path(__file__).resolve().parent.parent
-for extra in (ROOT, ROOT / "tools" / "envtest", ROOT / "tests", ROOT / "tests" / "integration"):
-    if str(extra) not in sys.path:
-        sys.path.insert(0, str(extra))
-
-from bench import page_cache  # noqa: E402
-from bench.anchor_process import ANCHOR_BIN, AnchorProcess  # noqa: E402
-from bench.anchor_render import GENERATION_PLACEHOLDER, NOW_PLACEHOLDER, calibrate, write_rendered  # noqa: E402
-
 SIZES = (1000, 5000)
 WORKERS = 8
 SECTIONS = ("startup", "fleet", "pools")
@@ -76,7 +71,7 @@ def _cpu_s(pid: int) -> float:
 
 def _requests(api: Any) -> dict[str, float]:
     """Every ``apiserver_request_total`` sample, keyed verb/resource/subresource."""
-    from operator_harness import apiserver_request_samples  # noqa: PLC0415
+    from tests.integration.operator_harness import apiserver_request_samples  # noqa: PLC0415
 
     counts: dict[str, float] = {}
     for labels, value in apiserver_request_samples(api):
@@ -148,7 +143,7 @@ class _Ours:
     label = "ours"
 
     def __init__(self, kubeconfig: Path, namespace: str, scratch: Path) -> None:
-        from operator_harness import OperatorProcess  # noqa: PLC0415
+        from tests.integration.operator_harness import OperatorProcess  # noqa: PLC0415
 
         self.process = OperatorProcess(
             kubeconfig,
@@ -199,9 +194,8 @@ class _Anchor:
 def _operator_scenario(
     kubeconfig: Path, n: int, make: Callable[[str, Path], Any], calibration: dict[str, Any]
 ) -> dict[str, Any]:
-    from operator_harness import Api, apiserver_writes  # noqa: PLC0415
-
     from bench.reconcile_scale import _timed, _wait_no_terminating  # noqa: PLC0415
+    from tests.integration.operator_harness import Api, apiserver_writes  # noqa: PLC0415
 
     api = Api(kubeconfig)
     _wait_no_terminating(api, timeout_s=1800)
@@ -269,9 +263,8 @@ def _floor_status(calibration: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fleet(kubeconfig: Path, sizes: list[int], calibration: dict[str, Any], results: dict[str, Any]) -> None:
-    from operator_harness import Api  # noqa: PLC0415
-
     from bench.reconcile_scale import _floor_scenario, _wait_no_terminating  # noqa: PLC0415
+    from tests.integration.operator_harness import Api  # noqa: PLC0415
 
     fleet: dict[str, Any] = results.setdefault("fleet", {})
     for n in sizes:
@@ -340,8 +333,7 @@ def _pool_shape() -> tuple[int, int]:
 
 def _pools_rolled(api: Any, namespace: str, revisions: dict[str, str], replicas: int) -> bool:
     """Every pool reports ``revision`` current with all replicas Ready, and its members carry it."""
-    from pool_play import members_path, pool_path  # noqa: PLC0415
-
+    from tests.integration.pool_play import members_path, pool_path  # noqa: PLC0415
     from uds_vm_operator.fleet import POOL_LABEL, REVISION_LABEL  # noqa: PLC0415
 
     members = api.items(members_path(namespace))
@@ -367,10 +359,9 @@ def _startup_vm(kind: str, who: str, index: int) -> str:
 
 
 def _startup(kubeconfig: Path, calibration: dict[str, Any], results: dict[str, Any]) -> None:
-    from operator_harness import Api  # noqa: PLC0415
-
     from bench import operator_startup as startup  # noqa: PLC0415
-    from controlplane import free_loopback_port  # noqa: PLC0415
+    from tests.integration.operator_harness import Api  # noqa: PLC0415
+    from tools.envtest.controlplane import free_loopback_port  # noqa: PLC0415
 
     api = Api(kubeconfig)
     namespace = fresh_namespace(api, "bench-anchor-start")
@@ -478,11 +469,10 @@ def _grant_golden_images(api: Any, namespace: str) -> None:
 
 
 def _pools(kubeconfig: Path, results: dict[str, Any]) -> None:
-    from operator_harness import Api  # noqa: PLC0415
-    from pool_play import ClusterPlayer, ReadyWatcher, pool_path, wait_until  # noqa: PLC0415
-
     from bench.pool_rollout import _pool  # noqa: PLC0415
     from bench.reconcile_scale import _wait_no_terminating  # noqa: PLC0415
+    from tests.integration.operator_harness import Api  # noqa: PLC0415
+    from tests.integration.pool_play import ClusterPlayer, ReadyWatcher, pool_path, wait_until  # noqa: PLC0415
     from uds_vm_operator.fleet import revision_hash  # noqa: PLC0415
 
     api = Api(kubeconfig)

@@ -19,15 +19,9 @@ import json
 import multiprocessing
 import os
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Any
-
-ROOT = Path(__file__).resolve().parent.parent
-for extra in (ROOT / "tests", ROOT / "tests" / "unit"):
-    if str(extra) not in sys.path:
-        sys.path.insert(0, str(extra))
 
 INPUTS = 1_000_000
 CHUNK = 5_000
@@ -46,7 +40,7 @@ _SEED_CACHE: dict[str, tuple[bytes, list[tuple[int, int]]]] = {}
 
 def _seed(name: str) -> tuple[bytes, list[tuple[int, int]]]:
     if name not in _SEED_CACHE:
-        from test_images_fuzz import SEEDS  # noqa: PLC0415 (after sys.path is set up)
+        from tests.unit.test_images_fuzz import SEEDS  # noqa: PLC0415
 
         factory, regions = SEEDS[name]
         _SEED_CACHE[name] = (factory(), regions)
@@ -55,7 +49,7 @@ def _seed(name: str) -> tuple[bytes, list[tuple[int, int]]]:
 
 def _fuzz_chunk(task: tuple[str, int, int]) -> dict[str, Any]:
     """Run ``count`` mutations of one seed; report counts, crashes, the slowest input and peak RSS."""
-    from test_images_fuzz import check_one, mutate  # noqa: PLC0415
+    from tests.unit.test_images_fuzz import check_one, mutate  # noqa: PLC0415
 
     name, chunk, count = task
     data, regions = _seed(name)
@@ -81,7 +75,7 @@ def _fuzz_chunk(task: tuple[str, int, int]) -> dict[str, Any]:
 
 
 def _mutate_only(task: tuple[str, int, int]) -> int:
-    from test_images_fuzz import mutate  # noqa: PLC0415
+    from tests.unit.test_images_fuzz import mutate  # noqa: PLC0415
 
     name, chunk, count = task
     data, regions = _seed(name)
@@ -92,7 +86,7 @@ def _mutate_only(task: tuple[str, int, int]) -> int:
 
 
 def _tasks(total: int) -> list[tuple[str, int, int]]:
-    from test_images_fuzz import SEEDS  # noqa: PLC0415
+    from tests.unit.test_images_fuzz import SEEDS  # noqa: PLC0415
 
     names = sorted(SEEDS)
     per_seed = -(-total // len(names))

@@ -35,14 +35,6 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-for extra in (
-    ROOT / "tools" / "envtest",
-    ROOT / "tests",
-    ROOT / "tests" / "guest",
-    ROOT / "tests" / "integration",
-):
-    if str(extra) not in sys.path:
-        sys.path.insert(0, str(extra))
 
 REPEATS = int(os.environ.get("UDS_GUEST_BOOT_REPEATS", "3"))
 UNITS = (
@@ -82,8 +74,7 @@ def _image() -> Path:
 
 def _user_data(name: str, public_key: str) -> str:
     """What the operator writes into ``<name>-cloudinit`` for a plain Debian VM with one sudo user."""
-    from operator_fixtures import udsvm  # noqa: PLC0415 (after sys.path is set up)
-
+    from tests.integration.operator_fixtures import udsvm  # noqa: PLC0415
     from uds_vm_operator.api import parse_vm_spec  # noqa: PLC0415
     from uds_vm_operator.render import Owner  # noqa: PLC0415
     from uds_vm_operator.render.cloudinit import render_user_data  # noqa: PLC0415
@@ -97,7 +88,13 @@ def _user_data(name: str, public_key: str) -> str:
 
 
 def _boot_once(image: Path, workdir: Path, name: str) -> dict[str, Any]:
-    from guest_machine import Guest, build_seed, detect_accelerator, nocloud_meta_data, ssh_keypair  # noqa: PLC0415
+    from tests.guest.guest_machine import (  # noqa: PLC0415
+        Guest,
+        build_seed,
+        detect_accelerator,
+        nocloud_meta_data,
+        ssh_keypair,
+    )
 
     workdir.mkdir(parents=True)
     key, public = ssh_keypair(workdir, "ops")
@@ -193,7 +190,7 @@ def _median(samples: list[dict[str, Any]], key: str) -> float | None:
 
 def run() -> dict[str, Any]:
     """Boot the image ``REPEATS`` times (or ``UDS_GUEST_BOOT_PARALLEL`` at once); medians and every sample."""
-    from guest_machine import detect_accelerator  # noqa: PLC0415
+    from tests.guest.guest_machine import detect_accelerator  # noqa: PLC0415
 
     image = _image()
     nice = os.environ.get("UDS_GUEST_BOOT_NICE")

@@ -70,9 +70,6 @@ from bench._harness import api_server, fleet_vm, fresh_namespace, proc_status_mi
 from bench.image_env import image_environment
 
 ROOT = Path(__file__).resolve().parent.parent
-for extra in (ROOT / "tools" / "envtest", ROOT / "tests", ROOT / "tests" / "integration"):
-    if str(extra) not in sys.path:
-        sys.path.insert(0, str(extra))
 
 WORKERS = 8
 """The operator's default ``--max-workers``."""
@@ -248,7 +245,7 @@ class PlayedAgent:
     """
 
     def __init__(self, host: str, service_dns: str) -> None:
-        from cert_authority import CertificateAuthority  # noqa: PLC0415 (after sys.path is set up)
+        from tools.envtest.cert_authority import CertificateAuthority  # noqa: PLC0415
 
         self.host = host
         self.port = 0
@@ -362,7 +359,7 @@ def wide_service_range() -> Iterator[str | None]:
     if os.environ.get("UDS_TEST_KUBECONFIG"):
         yield None
         return
-    import controlplane  # noqa: PLC0415 (after sys.path is set up)
+    from tools.envtest import controlplane  # noqa: PLC0415
 
     before = controlplane.SERVICE_CIDR
     controlplane.SERVICE_CIDR = BENCH_SERVICE_CIDR
@@ -628,7 +625,7 @@ def _wait_all_compliant(api: Any, namespace: str, n: int, operator: Any) -> dict
 def _scenario(
     kubeconfig: Path, players: Players, n: int, window_s: float, interval_s: int, *, monitored: bool
 ) -> dict[str, Any]:
-    from operator_harness import Api, OperatorProcess  # noqa: PLC0415
+    from tests.integration.operator_harness import Api, OperatorProcess  # noqa: PLC0415
 
     api = Api(kubeconfig)
     result: dict[str, Any] = {"waited_for_terminating_namespaces_s": _wait_no_terminating(api)}
@@ -825,8 +822,7 @@ def _source_state() -> dict[str, Any]:
 
 def run() -> dict[str, Any]:
     """Monitored, then baseline; the dict becomes bench/results/guest_checks.json."""
-    from operator_harness import Api  # noqa: PLC0415
-
+    from tests.integration.operator_harness import Api  # noqa: PLC0415
     from uds_vm_operator.render.guestmonitor import EXPORTER_PORT  # noqa: PLC0415
 
     n = int(os.environ.get("BENCH_GUEST_N", "1000"))

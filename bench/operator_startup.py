@@ -49,15 +49,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import page_cache
 from bench._harness import api_server, fresh_namespace
 from bench.image_env import image_environment
 
 ROOT = Path(__file__).resolve().parent.parent
-for extra in (ROOT, ROOT / "tools" / "envtest", ROOT / "tests", ROOT / "tests" / "integration"):
-    if str(extra) not in sys.path:
-        sys.path.insert(0, str(extra))
-
-from bench import page_cache  # noqa: E402 (after sys.path is set up)
 
 REPEATS = 5
 KINDS = ("cold", "warm", "no_bytecode")
@@ -71,7 +67,7 @@ def operator_argv(kubeconfig: Path, namespace: str, *options: str) -> list[str]:
     ``options`` (``--controllers vm`` here; none, so both controllers, in ``fleet_anchor``) go after
     ``--standalone``.
     """
-    from controlplane import free_loopback_port  # noqa: PLC0415
+    from tools.envtest.controlplane import free_loopback_port  # noqa: PLC0415
 
     return [
         sys.executable,
@@ -221,8 +217,8 @@ def _figures(values: list[float]) -> dict[str, Any]:
 
 def run() -> dict[str, Any]:
     """Interleave cold, warm and no-bytecode samples; the dict becomes bench/results/operator_startup.json."""
-    from operator_fixtures import udsvm, vm_path  # noqa: PLC0415
-    from operator_harness import Api  # noqa: PLC0415
+    from tests.integration.operator_fixtures import udsvm, vm_path  # noqa: PLC0415
+    from tests.integration.operator_harness import Api  # noqa: PLC0415
 
     repeats = int(os.environ.get("BENCH_STARTUP_REPEAT", REPEATS))
     samples: dict[str, list[float]] = {kind: [] for kind in KINDS}

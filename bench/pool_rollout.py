@@ -17,18 +17,12 @@ Uses ``$UDS_TEST_KUBECONFIG`` (a plane from ``make cluster-up``) when set, else 
 from __future__ import annotations
 
 import math
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from bench._harness import api_server, fresh_namespace
-
-ROOT = Path(__file__).resolve().parent.parent
-for extra in (ROOT / "tools" / "envtest", ROOT / "tests", ROOT / "tests" / "integration"):
-    if str(extra) not in sys.path:
-        sys.path.insert(0, str(extra))
 
 REPLICAS = 10
 READY_DELAY_S = 2.0
@@ -56,8 +50,7 @@ def _pool(namespace: str, image: str, strategy: dict[str, int]) -> dict[str, Any
 
 
 def _rolled_out(api: Any, namespace: str, revision: str) -> bool:
-    from pool_play import members_path, pool_path  # noqa: PLC0415
-
+    from tests.integration.pool_play import members_path, pool_path  # noqa: PLC0415
     from uds_vm_operator.fleet import POOL_LABEL, REVISION_LABEL  # noqa: PLC0415
 
     status = (api.get(pool_path(namespace, POOL)) or {}).get("status") or {}
@@ -71,9 +64,8 @@ def _rolled_out(api: Any, namespace: str, revision: str) -> bool:
 
 
 def _scenario(kubeconfig: Path, strategy: dict[str, int]) -> dict[str, Any]:
-    from operator_harness import Api, OperatorProcess  # noqa: PLC0415
-    from pool_play import ReadinessPlayer, ReadyWatcher, pool_path, wait_until  # noqa: PLC0415
-
+    from tests.integration.operator_harness import Api, OperatorProcess  # noqa: PLC0415
+    from tests.integration.pool_play import ReadinessPlayer, ReadyWatcher, pool_path, wait_until  # noqa: PLC0415
     from uds_vm_operator.fleet import revision_hash  # noqa: PLC0415
 
     api = Api(kubeconfig)

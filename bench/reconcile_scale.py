@@ -37,9 +37,6 @@ from bench._harness import api_server, fleet_vm, fresh_namespace, proc_status_mi
 from bench.image_env import image_environment
 
 ROOT = Path(__file__).resolve().parent.parent
-for extra in (ROOT / "tools" / "envtest", ROOT / "tests", ROOT / "tests" / "integration"):
-    if str(extra) not in sys.path:
-        sys.path.insert(0, str(extra))
 
 SIZES = (100, 1000)
 REPEATS = {100: 3, 1000: 2}
@@ -259,7 +256,7 @@ async def _timed(kubeconfig: Path, namespace: str, names: list[str]) -> tuple[fl
 
 
 def _operator_scenario(kubeconfig: Path, n: int) -> dict[str, Any]:
-    from operator_harness import Api, OperatorProcess, apiserver_writes  # noqa: PLC0415
+    from tests.integration.operator_harness import Api, OperatorProcess, apiserver_writes  # noqa: PLC0415
 
     api = Api(kubeconfig)
     _wait_no_terminating(api)
@@ -318,7 +315,7 @@ def _operator_scenario(kubeconfig: Path, n: int) -> dict[str, Any]:
 
 def _writes_by_kind(api: Any) -> dict[str, float]:
     """The API server's write counters per verb/resource/subresource (to explain a non-zero resync)."""
-    from operator_harness import OPERATOR_RESOURCES, WRITE_VERBS, apiserver_request_samples  # noqa: PLC0415
+    from tests.integration.operator_harness import OPERATOR_RESOURCES, WRITE_VERBS, apiserver_request_samples  # noqa: PLC0415
 
     counts: dict[str, float] = {}
     for labels, value in apiserver_request_samples(api):
@@ -335,7 +332,7 @@ def _vm_collection(namespace: str) -> str:
 
 
 def _floor_scenario(kubeconfig: Path, n: int, status: dict[str, Any], with_event: bool) -> dict[str, Any]:
-    from operator_harness import Api  # noqa: PLC0415
+    from tests.integration.operator_harness import Api  # noqa: PLC0415
 
     api = Api(kubeconfig)
     _wait_no_terminating(api)

@@ -39,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from bench import cdi_import_verify as node_bench  # puts tools/node, tests/node, ... on sys.path
+from bench import cdi_import_verify as node_bench
 from bench.cdi_import_verify import ROOT, SIZE, prepare_node, release_node
 from bench.page_cache import evict_one
 

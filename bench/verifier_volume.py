@@ -22,14 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.page_cache import timed_from_disk
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools" / "node"))
-sys.path.insert(0, str(ROOT / "tools" / "envtest"))
-
-import host_baseline  # noqa: E402
-import node_configs as cfg  # noqa: E402
-import volumes  # noqa: E402
+from tools.node import host_baseline, volumes
+from tools.node import node_configs as cfg
 
 SIZE = 1 << 30
 ROUNDS = 5

@@ -24,7 +24,7 @@ from lightkube import ApiError, Client, KubeConfig, codecs
 from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.types import PatchType
 
-from controlplane import ControlPlane
+from tools.envtest.controlplane import ControlPlane
 
 TEST_FIELD_MANAGER = "uds-vm-operator-tests"
 TEST_NAMESPACE_LABEL = "uds-vm-operator.dev/test"

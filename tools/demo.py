@@ -31,26 +31,20 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+from rich.console import Console
+from rich.table import Table
+
+from tools.envtest.pinned_versions import pinned_versions
+from tools.kubevirt import kubevirt_install
+from tools.node import guest_ssh, probes, volumes
+from tools.node import node as node_launcher
+from tools.node import node_configs as cfg
+from uds_vm_operator.api.quantity import parse_bytes
+from uds_vm_operator.cli._errors import CliError
+from uds_vm_operator.cli._kube import KubeClient
+from uds_vm_operator.cli.inventory import human_age
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools" / "envtest"))
-sys.path.insert(0, str(ROOT / "tools" / "node"))
-sys.path.insert(0, str(ROOT / "tools" / "kubevirt"))
-
-import guest_ssh  # noqa: E402
-import kubevirt_install  # noqa: E402
-import node_configs as cfg  # noqa: E402
-import probes  # noqa: E402
-import volumes  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-import node as node_launcher  # noqa: E402
-from pinned_versions import pinned_versions  # noqa: E402
-from uds_vm_operator.api.quantity import parse_bytes  # noqa: E402
-from uds_vm_operator.cli._errors import CliError  # noqa: E402
-from uds_vm_operator.cli._kube import KubeClient  # noqa: E402
-from uds_vm_operator.cli.inventory import human_age  # noqa: E402
 
 NAMESPACE = "demo"
 OUTSIDER_NAMESPACE = "demo-outsider"
@@ -123,10 +117,17 @@ def wait(predicate: Callable[[], T | None], timeout_s: float, what: str) -> T:
 
 
 def command(
-    argv: list[str], what: str, *, timeout_s: float = 3600.0, env: dict[str, str] | None = None
+    argv: list[str],
+    what: str,
+    *,
+    timeout_s: float = 3600.0,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> str:
     """Run one of the project's tools; on failure raise with its own last words."""
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
+    result = subprocess.run(
+        argv, capture_output=True, text=True, timeout=timeout_s, env=env, cwd=cwd, check=False
+    )
     if result.returncode != 0:
         raise DemoError(
             f"{what} failed (exit {result.returncode}): {(result.stderr or result.stdout)[-3000:]}"
@@ -559,8 +560,9 @@ def remove_demo(state_dir: Path) -> None:
 
         wait(gone, 300, "the demo's namespaces to be deleted")
     command(
-        [sys.executable, str(ROOT / "tools/cdi/install.py"), "--state-dir", str(state_dir), "--down"],
+        [sys.executable, "-m", "tools.cdi.install", "--state-dir", str(state_dir), "--down"],
         "CDI down",
+        cwd=ROOT,
     )
 
 
@@ -618,7 +620,9 @@ def run(state_dir: Path, workdir: Path, *, reuse_node: bool) -> None:
     # CDI first: virt-api restarts whenever CDI's DataSource API appears or goes (KubeVirt watches it).
     with stage("CDI: operator, controller, upload proxy"):
         out = command(
-            [sys.executable, str(ROOT / "tools/cdi/install.py"), "--state-dir", str(state_dir)], "CDI install"
+            [sys.executable, "-m", "tools.cdi.install", "--state-dir", str(state_dir)],
+            "CDI install",
+            cwd=ROOT,
         )
         real("CDI", out.strip().splitlines()[-1])
     with stage(f"KubeVirt {versions.kubevirt}: api, controller, handler"):

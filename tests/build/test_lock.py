@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from build.conftest import ROOT, BuiltImage
+from tests.build.conftest import ROOT, BuiltImage
 
 LOCKS = ("requirements.lock", "requirements-build.lock")
 

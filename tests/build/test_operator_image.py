@@ -8,7 +8,7 @@ import re
 import urllib.request
 from pathlib import Path
 
-from build.conftest import ROOT, BuiltImage, buildah
+from tests.build.conftest import ROOT, BuiltImage, buildah
 
 MANIFEST_TYPES = (
     "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"

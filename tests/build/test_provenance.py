@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from build.conftest import ROOT, BuiltImage, buildah
+from tests.build.conftest import ROOT, BuiltImage, buildah
 
 SIGN = ROOT / "tools/provenance/sign.sh"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cdi_images.disk_images import MIB, real_volume
+from tests.cdi_images.disk_images import MIB, real_volume
 from uds_vm_operator.sizing import pvc_mib
 
 # Around the journal/log size steps and where the 6 % term takes over from the fixed reserve (~3.2 GiB).

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from cdi_images.disk_images import MIB, DiskImage, image_server, make_image, real_volume
+from tests.cdi_images.disk_images import MIB, DiskImage, image_server, make_image, real_volume
 from uds_vm_operator.sizing import pvc_mib
 
 ROOT = Path(__file__).resolve().parents[2]

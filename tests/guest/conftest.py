@@ -6,22 +6,17 @@ user data these guests boot with is exactly what the running operator wrote into
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.integration import conftest as integration_conftest
+
 _TESTS = Path(__file__).resolve().parents[1]
 _REPO = _TESTS.parent
-sys.path.insert(0, str(_TESTS / "integration"))  # operator_fixtures / operator_harness, as that tier does
 
-_spec = importlib.util.spec_from_file_location("integration_conftest", _TESTS / "integration" / "conftest.py")
-assert _spec is not None and _spec.loader is not None
-_integration = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_integration)
-control_plane = _integration.control_plane
+control_plane = integration_conftest.control_plane
 
 GUEST_DIR = _REPO / ".envtest" / "guest"
 REPORTS_DIR = GUEST_DIR / "reports"

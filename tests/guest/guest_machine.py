@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from guest_agent import GuestAgent
-
-from controlplane import free_loopback_port
+from tests.guest.guest_agent import GuestAgent
+from tools.envtest.controlplane import free_loopback_port
 
 LOGIN_TIMEOUT_S = 1500.0
 """Upper bound for boot + first login under software emulation on a busy, shared 2-core machine."""

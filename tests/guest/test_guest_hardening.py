@@ -31,10 +31,18 @@ from typing import Any
 
 import pytest
 import yaml
-from apt_mirror import CANARY, AptMirror, SigningKey, build_canary, cached_debs
-from conftest import REPORTS_DIR
-from guest_machine import Accelerator, Guest, build_seed, detect_accelerator, nocloud_meta_data, ssh_keypair
-from operator_fixtures import (
+
+from tests.guest.apt_mirror import CANARY, AptMirror, SigningKey, build_canary, cached_debs
+from tests.guest.conftest import REPORTS_DIR
+from tests.guest.guest_machine import (
+    Accelerator,
+    Guest,
+    build_seed,
+    detect_accelerator,
+    nocloud_meta_data,
+    ssh_keypair,
+)
+from tests.integration.operator_fixtures import (
     compliance_validate,
     core_path,
     kv_path,
@@ -43,9 +51,8 @@ from operator_fixtures import (
     udsvm,
     vm_path,
 )
-from operator_harness import Api
-
-from kube_helpers import TEST_NAMESPACE_LABEL, wait_for
+from tests.integration.operator_harness import Api
+from tests.kube_helpers import TEST_NAMESPACE_LABEL, wait_for
 
 pytestmark = pytest.mark.timeout(3600)
 """The first test pays for three boots under software emulation on a shared 2-core machine (setup counts)."""

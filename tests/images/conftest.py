@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from qemu_reference import reference_images
+from tests.images.qemu_reference import reference_images
 
 __all__ = ["reference_images"]

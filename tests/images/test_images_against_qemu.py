@@ -8,9 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from qemu_reference import Case, qemu_info
 from typer.testing import CliRunner
 
+from tests.images.qemu_reference import Case, qemu_info
 from uds_vm_operator.cli.main import app
 from uds_vm_operator.images import content_sha256, inspect_image, survey_image
 

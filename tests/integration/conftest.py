@@ -22,14 +22,14 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace
 from lightkube.types import PatchType
 
-from controlplane import (
+from tests.kube_helpers import REUSE_ENV, TEST_NAMESPACE_LABEL, ControlPlaneHandle, apply_strict
+from tools.envtest.controlplane import (
     LAUNCH_ERRORS,
     ControlPlaneError,
     attach,
     find_bin_dir,
     running_control_plane,
 )
-from kube_helpers import REUSE_ENV, TEST_NAMESPACE_LABEL, ControlPlaneHandle, apply_strict
 from uds_vm_operator.controller.release import without_release
 
 _INTEGRATION_DIR = Path(__file__).resolve().parent

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from operator_harness import Api, OperatorProcess
 
-from kube_helpers import wait_for
+from tests.integration.operator_harness import Api, OperatorProcess
+from tests.kube_helpers import wait_for
 
 if TYPE_CHECKING:
     from typer.testing import Result

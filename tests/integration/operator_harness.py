@@ -22,9 +22,9 @@ from typing import Any
 import httpx2
 from lightkube.config import client_adapter
 
-from controlplane import free_loopback_port
-from kube_helpers import wait_for
-from owned_process import OwnedProcess
+from tests.kube_helpers import wait_for
+from tests.owned_process import OwnedProcess
+from tools.envtest.controlplane import free_loopback_port
 from uds_vm_operator.runtime.kube import load_kubeconfig
 
 WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION", "CREATE", "UPDATE"})

@@ -21,7 +21,7 @@ from typing import Any
 import httpx2
 from lightkube.config import client_adapter
 
-from background_loop import BackgroundLoop
+from tests.background_loop import BackgroundLoop
 from uds_vm_operator.controller.release import without_release
 from uds_vm_operator.fleet import POOL_LABEL, REVISION_LABEL
 from uds_vm_operator.runtime.kube import load_kubeconfig

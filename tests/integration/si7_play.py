@@ -19,10 +19,18 @@ from typing import Any
 
 import httpx2
 from lightkube.config import client_adapter
-from operator_fixtures import core_path, dv_path, kv_path, play_cdi, status_of, udsvm, vm_path
-from operator_harness import Api
 
-from kube_helpers import wait_for
+from tests.integration.operator_fixtures import (
+    core_path,
+    dv_path,
+    kv_path,
+    play_cdi,
+    status_of,
+    udsvm,
+    vm_path,
+)
+from tests.integration.operator_harness import Api
+from tests.kube_helpers import wait_for
 from uds_vm_operator.runtime.kube import load_kubeconfig
 
 VIRTUAL_SIZE = 10 * 1024 * 1024

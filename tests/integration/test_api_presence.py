@@ -9,9 +9,8 @@ import asyncio
 import secrets
 from typing import Any
 
-from operator_fixtures import api
-from operator_harness import Api
-
+from tests.integration.operator_fixtures import api
+from tests.integration.operator_harness import Api
 from uds_vm_operator.runtime import kube
 from uds_vm_operator.runtime.api_presence import served_kinds, wait_for_change
 

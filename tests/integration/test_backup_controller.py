@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
-from operator_fixtures import api, core_path, release_pvcs, udsvm, vm_path
-from operator_harness import Api
 from prometheus_client import generate_latest
 
+from tests.integration.operator_fixtures import api, core_path, release_pvcs, udsvm, vm_path
+from tests.integration.operator_harness import Api
 from uds_vm_operator.controller import factory
 from uds_vm_operator.metrics import OperatorMetrics
 from uds_vm_operator.runtime import kube

@@ -12,9 +12,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_deploy_helm import helm_path
 
-from kube_helpers import ControlPlaneHandle
+from tests.integration.test_deploy_helm import helm_path
+from tests.kube_helpers import ControlPlaneHandle
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "5" * 64

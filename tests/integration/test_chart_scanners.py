@@ -8,18 +8,14 @@ the test fails saying how to get it; it never skips.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from test_deploy_helm import ROOT, helm_path
 
-sys.path.insert(0, str(ROOT / "tools" / "scan"))
-
-import chart_scan
-import k8s_schemas
+from tests.integration.test_deploy_helm import helm_path
+from tools.scan import chart_scan, k8s_schemas
 
 
 @pytest.fixture(scope="module")

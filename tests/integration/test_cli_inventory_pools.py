@@ -14,10 +14,10 @@ from typing import Any
 from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.types import PatchType
-from operator_fixtures import udsvm
 from typer.testing import CliRunner
 
-from kube_helpers import ControlPlaneHandle, create_strict
+from tests.integration.operator_fixtures import udsvm
+from tests.kube_helpers import ControlPlaneHandle, create_strict
 from uds_vm_operator.cli.main import build_app
 from uds_vm_operator.fleet import POOL_LABEL
 

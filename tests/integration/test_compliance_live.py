@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import copy
 import json
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -17,11 +16,9 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.core_v1 import PersistentVolumeClaim
 from lightkube.types import PatchType
 
-from kube_helpers import apply_strict, as_resource, create_strict
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from compliance_fixtures import TAMPERS, chart_clusterroles, compliant_objects
-from operator_fixtures import compliance_validate
+from tests.integration.operator_fixtures import compliance_validate
+from tests.kube_helpers import apply_strict, as_resource, create_strict
+from tests.unit.compliance_fixtures import TAMPERS, chart_clusterroles, compliant_objects
 
 UDSVM = create_namespaced_resource("uds.dev", "v1alpha1", "UDSVirtualMachine", "udsvirtualmachines")
 UDSVM_BACKUP = create_namespaced_resource(

@@ -22,10 +22,7 @@ from lightkube.resources.authentication_v1 import SelfSubjectReview
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod, Secret
 from lightkube.types import CascadeType
 
-from controlplane import attach
-from fetch_crds import CDI_KINDS, ensure_crds
-from go_raw_strings import GoSourceError, extract_string_map
-from kube_helpers import (
+from tests.kube_helpers import (
     ControlPlaneHandle,
     DataVolume,
     VirtualMachine,
@@ -35,14 +32,18 @@ from kube_helpers import (
     is_gone,
     wait_for,
 )
-from kubevirt_crd_wrappers import KubevirtWrapperError, check_against_go_source
-from pinned_versions import REPO_ROOT, pinned_versions
-from processes import ProcessRecord
+from tools.envtest.controlplane import attach
+from tools.envtest.fetch_crds import CDI_KINDS, ensure_crds
+from tools.envtest.go_raw_strings import GoSourceError, extract_string_map
+from tools.envtest.kubevirt_crd_wrappers import KubevirtWrapperError, check_against_go_source
+from tools.envtest.pinned_versions import REPO_ROOT, pinned_versions
+from tools.envtest.processes import ProcessRecord
 
 CHECKSUM = "sha256:" + "ab" * 32
 GC_DEADLINE_S = 120.0  # GC rediscovers resources every 30 s; be generous, never sleep blindly
 NAMESPACE_DEADLINE_S = 120.0
-CONTROLPLANE_PY = REPO_ROOT / "tools" / "envtest" / "controlplane.py"
+CONTROLPLANE = (sys.executable, "-m", "tools.envtest.controlplane")
+"""The launcher as `make cluster-up` runs it: a module, from the repository root."""
 
 
 def datavolume(name: str, **http_extra: Any) -> dict[str, Any]:
@@ -315,7 +316,8 @@ def test_pod_security_admission_enforces_restricted(kube_client: Client, restric
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(CONTROLPLANE_PY), *args],
+        [*CONTROLPLANE, *args],
+        cwd=REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=300,
@@ -348,7 +350,8 @@ def test_cli_up_and_down_leave_no_process_and_no_temp_dir(tmp_path: Path) -> Non
 
 def test_cli_up_without_binaries_fails_with_the_fix(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, str(CONTROLPLANE_PY), "up", "--state-dir", str(tmp_path / "state")],
+        [*CONTROLPLANE, "up", "--state-dir", str(tmp_path / "state")],
+        cwd=REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=120,

@@ -12,10 +12,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from operator_fixtures import api, dv_path, kv_path, netpol_path, udsvm, vm_path
-from operator_harness import Api
-from pool_play import members_path, pool_path
-
+from tests.integration.operator_fixtures import api, dv_path, kv_path, netpol_path, udsvm, vm_path
+from tests.integration.operator_harness import Api
+from tests.integration.pool_play import members_path, pool_path
 from uds_vm_operator.controller import factory
 from uds_vm_operator.controller.reconciler import Reconciler
 from uds_vm_operator.fleet import POOL_LABEL

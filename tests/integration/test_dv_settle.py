@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from operator_fixtures import api, dv_path, operator, play_cdi, status_of, udsvm, vm_path
-from operator_harness import Api, OperatorProcess
-
-from kube_helpers import wait_for
+from tests.integration.operator_fixtures import api, dv_path, operator, play_cdi, status_of, udsvm, vm_path
+from tests.integration.operator_harness import Api, OperatorProcess
+from tests.kube_helpers import wait_for
 
 __all__ = ["api", "operator"]  # fixtures used by name
 

@@ -10,10 +10,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from operator_fixtures import api, kv_path, netpol_path, operator, udsvm, vm_path, wait_phase
-from operator_harness import APPLY, Api, OperatorProcess
-
-from kube_helpers import wait_for
+from tests.integration.operator_fixtures import (
+    api,
+    kv_path,
+    netpol_path,
+    operator,
+    udsvm,
+    vm_path,
+    wait_phase,
+)
+from tests.integration.operator_harness import APPLY, Api, OperatorProcess
+from tests.kube_helpers import wait_for
 
 __all__ = ["api", "operator"]  # fixtures used by name
 

@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from operator_fixtures import status_of, udsvm, vm_path, wait_phase
-from operator_harness import Api, OperatorProcess
 
-from controlplane import LAUNCH_ERRORS, ControlPlane, running_control_plane
-from kube_helpers import wait_for
+from tests.integration.operator_fixtures import status_of, udsvm, vm_path, wait_phase
+from tests.integration.operator_harness import Api, OperatorProcess
+from tests.kube_helpers import wait_for
+from tools.envtest.controlplane import LAUNCH_ERRORS, ControlPlane, running_control_plane
 
 VMS = 30
 OUTAGE_S = 3.0

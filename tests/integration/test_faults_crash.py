@@ -15,10 +15,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from operator_fixtures import api, core_path, dv_path, kv_path, netpol_path, release_pvcs, udsvm, vm_path
-from operator_harness import Api, OperatorProcess
-
-from kube_helpers import wait_for
+from tests.integration.operator_fixtures import (
+    api,
+    core_path,
+    dv_path,
+    kv_path,
+    netpol_path,
+    release_pvcs,
+    udsvm,
+    vm_path,
+)
+from tests.integration.operator_harness import Api, OperatorProcess
+from tests.kube_helpers import wait_for
 
 __all__ = ["api"]  # fixture used by name
 

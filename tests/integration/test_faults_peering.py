@@ -11,10 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from operator_fixtures import api, udsvm, vm_path, wait_phase
-from operator_harness import Api, OperatorProcess
-
-from kube_helpers import wait_for
+from tests.integration.operator_fixtures import api, udsvm, vm_path, wait_phase
+from tests.integration.operator_harness import Api, OperatorProcess
+from tests.kube_helpers import wait_for
 from uds_vm_operator.runtime.peering import DEFAULT_LIFETIME_S
 
 __all__ = ["api"]  # fixture used by name

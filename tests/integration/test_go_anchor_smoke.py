@@ -19,24 +19,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_fixtures import udsvm, vm_path
-from operator_harness import Api, OperatorProcess
 
-from kube_helpers import wait_for
-
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench.anchor_process import AnchorProcess  # noqa: E402
-from bench.anchor_render import calibrate, children_of, render_vm, write_rendered  # noqa: E402
-
-from uds_vm_operator.controller.compare import (  # noqa: E402
+from bench.anchor_process import AnchorProcess
+from bench.anchor_render import calibrate, children_of, render_vm, write_rendered
+from tests.integration.operator_fixtures import udsvm, vm_path
+from tests.integration.operator_harness import Api, OperatorProcess
+from tests.kube_helpers import wait_for
+from uds_vm_operator.controller.compare import (
     APPLIED_HASH_ANNOTATION,
     is_subset,
     with_applied_hash,
 )
 
+ROOT = Path(__file__).resolve().parents[2]
 N = 100
 KOPF_FLOOR = ROOT / "bench" / "_kopf_floor_operator.py"
 SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from operator_fixtures import (
+from tests.integration.operator_fixtures import (
     api,
     core_path,
     dv_path,
@@ -17,9 +17,8 @@ from operator_fixtures import (
     vm_path,
     wait_phase,
 )
-from operator_harness import Api, OperatorProcess
-
-from kube_helpers import wait_for
+from tests.integration.operator_harness import Api, OperatorProcess
+from tests.kube_helpers import wait_for
 
 __all__ = ["api", "operator"]  # fixtures used by name
 

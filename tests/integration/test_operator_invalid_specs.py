@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from operator_fixtures import (
+from tests.integration.operator_fixtures import (
     SHA,
     api,
     condition,
@@ -18,7 +18,7 @@ from operator_fixtures import (
     vm_path,
     wait_phase,
 )
-from operator_harness import Api, OperatorProcess
+from tests.integration.operator_harness import Api, OperatorProcess
 
 __all__ = ["api", "operator"]  # fixtures used by name
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from operator_fixtures import (
+from tests.integration.operator_fixtures import (
     SHA,
     api,
     await_event_reasons,
@@ -29,9 +29,8 @@ from operator_fixtures import (
     vm_path,
     wait_phase,
 )
-from operator_harness import Api, OperatorProcess
-
-from kube_helpers import wait_for
+from tests.integration.operator_harness import Api, OperatorProcess
+from tests.kube_helpers import wait_for
 
 __all__ = ["api", "operator"]  # fixtures used by name
 

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from operator_fixtures import (
+from tests.integration.operator_fixtures import (
     api,
     core_path,
     dv_path,
@@ -20,9 +20,8 @@ from operator_fixtures import (
     vm_path,
     wait_phase,
 )
-from operator_harness import Api, OperatorProcess, apiserver_writes, terminating_namespaces
-
-from kube_helpers import wait_for
+from tests.integration.operator_harness import Api, OperatorProcess, apiserver_writes, terminating_namespaces
+from tests.kube_helpers import wait_for
 from uds_vm_operator.api import parse_vm_spec
 from uds_vm_operator.render import ClusterFacts, Owner, render_children
 

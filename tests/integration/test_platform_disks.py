@@ -7,7 +7,8 @@ from __future__ import annotations
 import base64
 
 import yaml
-from operator_fixtures import (
+
+from tests.integration.operator_fixtures import (
     api,
     core_path,
     dv_path,
@@ -18,9 +19,8 @@ from operator_fixtures import (
     vm_path,
     wait_phase,
 )
-from operator_harness import Api, OperatorProcess
-
-from kube_helpers import wait_for
+from tests.integration.operator_harness import Api, OperatorProcess
+from tests.kube_helpers import wait_for
 
 __all__ = ["api", "operator"]  # fixtures used by name
 

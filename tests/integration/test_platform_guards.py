@@ -15,10 +15,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_fixtures import api, condition, dv_path, kv_path, status_of, udsvm, vm_path, wait_phase
-from operator_harness import Api, OperatorProcess
 
-from kube_helpers import wait_for
+from tests.integration.operator_fixtures import (
+    api,
+    condition,
+    dv_path,
+    kv_path,
+    status_of,
+    udsvm,
+    vm_path,
+    wait_phase,
+)
+from tests.integration.operator_harness import Api, OperatorProcess
+from tests.kube_helpers import wait_for
 
 __all__ = ["api"]  # fixtures used by name
 

@@ -6,10 +6,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from operator_fixtures import api, condition, netpol_path, operator, status_of, udsvm, vm_path, wait_phase
-from operator_harness import Api, OperatorProcess
-
-from kube_helpers import wait_for
+from tests.integration.operator_fixtures import (
+    api,
+    condition,
+    netpol_path,
+    operator,
+    status_of,
+    udsvm,
+    vm_path,
+    wait_phase,
+)
+from tests.integration.operator_harness import Api, OperatorProcess
+from tests.kube_helpers import wait_for
 
 __all__ = ["api", "operator"]  # fixtures used by name
 

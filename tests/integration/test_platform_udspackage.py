@@ -14,10 +14,18 @@ from typing import Any
 
 import pytest
 import yaml
-from operator_fixtures import api, condition, netpol_path, operator, udsvm, vm_path, wait_phase
-from operator_harness import Api, OperatorProcess
 
-from kube_helpers import wait_for
+from tests.integration.operator_fixtures import (
+    api,
+    condition,
+    netpol_path,
+    operator,
+    udsvm,
+    vm_path,
+    wait_phase,
+)
+from tests.integration.operator_harness import Api, OperatorProcess
+from tests.kube_helpers import wait_for
 
 __all__ = ["api", "operator"]  # fixtures used by name
 

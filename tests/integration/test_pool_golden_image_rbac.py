@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import TEST_NAMESPACE_LABEL
 from lightkube import ApiError, Client, codecs
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
 from lightkube.resources.core_v1 import Namespace, PersistentVolumeClaim, ResourceQuota
 from lightkube.types import PatchType
-from pool_play import http_client, release_pvc_protection
 from typer.testing import CliRunner
 
-from kube_helpers import DataVolume, access_review, apply_strict, create_strict
+from tests.integration.conftest import TEST_NAMESPACE_LABEL
+from tests.integration.pool_play import http_client, release_pvc_protection
+from tests.kube_helpers import DataVolume, access_review, apply_strict, create_strict
 from uds_vm_operator.cli.goldenimage import STORAGE_GUARD_QUOTA
 from uds_vm_operator.cli.main import app
 

@@ -13,10 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from operator_fixtures import api, running_operator
-from operator_harness import Api
-from pool_play import ClusterPlayer, members_path, pool_path, wait_until
-
+from tests.integration.operator_fixtures import api, running_operator
+from tests.integration.operator_harness import Api
+from tests.integration.pool_play import ClusterPlayer, members_path, pool_path, wait_until
 from uds_vm_operator.render.common import RELEASE_FINALIZER
 
 __all__ = ["api"]  # fixtures used by name

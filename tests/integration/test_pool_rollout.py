@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_fixtures import api, running_operator
-from operator_harness import Api, OperatorProcess, apiserver_writes, terminating_namespaces
-from pool_play import ReadinessPlayer, ReadyWatcher, members_path, pool_path, wait_until
 
+from tests.integration.operator_fixtures import api, running_operator
+from tests.integration.operator_harness import Api, OperatorProcess, apiserver_writes, terminating_namespaces
+from tests.integration.pool_play import ReadinessPlayer, ReadyWatcher, members_path, pool_path, wait_until
 from uds_vm_operator.fleet import POOL_LABEL, REVISION_LABEL, revision_hash
 
 __all__ = ["api"]  # fixture used by name

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_fixtures import running_operator
-from operator_harness import Api, OperatorProcess
-from pool_play import (
+
+from tests.integration.operator_fixtures import running_operator
+from tests.integration.operator_harness import Api, OperatorProcess
+from tests.integration.pool_play import (
     ClusterPlayer,
     http_client,
     members_path,
@@ -24,7 +25,6 @@ from pool_play import (
     release_pvc_protection,
     wait_until,
 )
-
 from uds_vm_operator.fleet import POOL_LABEL
 
 POOL = "db"

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_fixtures import (
+
+from tests.integration.operator_fixtures import (
     api,
     await_event_reasons,
     condition,
@@ -35,12 +36,11 @@ from operator_fixtures import (
     vm_path,
     wait_phase,
 )
-from operator_harness import Api, OperatorProcess
-from si7_play import OPERATOR_IMAGE, VIRTUAL_SIZE, play_kubelet, run_strategy, verifier_pod
-from test_deploy_helm import helm_path
-from test_rbac_operator import SA, install, remove, render, retarget
-
-from kube_helpers import wait_for
+from tests.integration.operator_harness import Api, OperatorProcess
+from tests.integration.si7_play import OPERATOR_IMAGE, VIRTUAL_SIZE, play_kubelet, run_strategy, verifier_pod
+from tests.integration.test_deploy_helm import helm_path
+from tests.integration.test_rbac_operator import SA, install, remove, render, retarget
+from tests.kube_helpers import wait_for
 from uds_vm_operator.cli.prep import build_report
 from uds_vm_operator.cli.prep_manifests import ManifestTarget, image_record, image_record_configmap
 from uds_vm_operator.images import survey_image

@@ -5,7 +5,6 @@ rights come from the chart's bindings)."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,16 +16,11 @@ from lightkube.models.authorization_v1 import ResourceAttributes, SelfSubjectAcc
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
 from lightkube.resources.core_v1 import Namespace, Secret
-from operator_harness import Api
-from test_deploy_helm import helm_path
 
-from kube_helpers import apply_strict, as_resource, create_strict
-
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("deploy_render", ROOT / "tools/deploy/render.py")
-assert _spec and _spec.loader
-render = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(render)
+from tests.integration.operator_harness import Api
+from tests.integration.test_deploy_helm import helm_path
+from tests.kube_helpers import apply_strict, as_resource, create_strict
+from tools.deploy import render
 
 SA = "uds-vm-operator"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "RoleBinding")

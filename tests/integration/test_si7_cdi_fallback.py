@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_fixtures import condition, core_path, dv_path, status_of
-from operator_harness import Api, OperatorProcess
-from si7_play import (
+
+from tests.integration.operator_fixtures import condition, core_path, dv_path, status_of
+from tests.integration.operator_harness import Api, OperatorProcess
+from tests.integration.si7_play import (
     OPERATOR_IMAGE,
     VIRTUAL_SIZE,
     apply_vm,
@@ -31,9 +32,8 @@ from si7_play import (
     verifier_pod,
     vm_run_strategy,
 )
-
-from controlplane import LAUNCH_ERRORS, running_control_plane
-from kube_helpers import wait_for
+from tests.kube_helpers import wait_for
+from tools.envtest.controlplane import LAUNCH_ERRORS, running_control_plane
 
 DV_CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/datavolumes.cdi.kubevirt.io"
 HTTP_PROPERTIES = "/schema/openAPIV3Schema/properties/spec/properties/source/properties/http/properties"

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_fixtures import (
+
+from tests.integration.operator_fixtures import (
     api,
     condition,
     core_path,
@@ -30,8 +31,8 @@ from operator_fixtures import (
     vm_path,
     wait_phase,
 )
-from operator_harness import Api, OperatorProcess
-from si7_play import (
+from tests.integration.operator_harness import Api, OperatorProcess
+from tests.integration.si7_play import (
     OPERATOR_IMAGE,
     VIRTUAL_SIZE,
     apply_vm,
@@ -43,8 +44,7 @@ from si7_play import (
     verifier_pod,
     vm_run_strategy,
 )
-
-from kube_helpers import wait_for
+from tests.kube_helpers import wait_for
 
 __all__ = ["api"]
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_fixtures import (
+
+from tests.integration.operator_fixtures import (
     SSH_KEY,
     api,
     condition,
@@ -30,11 +31,10 @@ from operator_fixtures import (
     udsvm,
     vm_path,
 )
-from operator_harness import Api, OperatorProcess
-from test_deploy_helm import helm_path
-from test_rbac_operator import render
-
-from kube_helpers import wait_for
+from tests.integration.operator_harness import Api, OperatorProcess
+from tests.integration.test_deploy_helm import helm_path
+from tests.integration.test_rbac_operator import render
+from tests.kube_helpers import wait_for
 from uds_vm_operator.cli.goldenimage import golden_image_manifests
 
 __all__ = ["api"]  # fixtures used by name

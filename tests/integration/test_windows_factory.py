@@ -11,16 +11,24 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from operator_fixtures import api, dv_path, kv_path, operator, play_cdi, play_kubevirt, status_of, vm_path
-from operator_harness import (
+from tests.integration.operator_fixtures import (
+    api,
+    dv_path,
+    kv_path,
+    operator,
+    play_cdi,
+    play_kubevirt,
+    status_of,
+    vm_path,
+)
+from tests.integration.operator_harness import (
     OPERATOR_RESOURCES,
     Api,
     OperatorProcess,
     apiserver_writes,
     terminating_namespaces,
 )
-
-from kube_helpers import wait_for
+from tests.kube_helpers import wait_for
 
 __all__ = ["api", "operator"]  # fixtures used by name
 

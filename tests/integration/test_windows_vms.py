@@ -17,10 +17,10 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 import pytest
-from operator_fixtures import api, core_path, dv_path, kv_path, operator, status_of, vm_path
-from operator_harness import Api, OperatorProcess
 
-from kube_helpers import wait_for
+from tests.integration.operator_fixtures import api, core_path, dv_path, kv_path, operator, status_of, vm_path
+from tests.integration.operator_harness import Api, OperatorProcess
+from tests.kube_helpers import wait_for
 
 __all__ = ["api", "operator"]  # fixtures used by name
 

@@ -17,9 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from node_cluster import NodeHandle, running_operator, wait_until
-
-from cdi_images.disk_images import MIB, DiskImage, image_server, make_image
+from tests.cdi_images.disk_images import MIB, DiskImage, image_server, make_image
+from tests.node.node_cluster import NodeHandle, running_operator, wait_until
 
 __all__ = ["MIB", "DiskImage", "bridge_image_server", "make_image", "running_operator"]
 
@@ -31,8 +30,7 @@ CDI_API = "/apis/cdi.kubevirt.io/v1beta1"
 def ensure_cdi(node: NodeHandle) -> None:
     """`make cdi-up` for this node (idempotent): CDI's images pushed, cdi-operator and a CDI resource."""
     subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "cdi" / "install.py"), "--state-dir", str(node.state_dir)],
-        check=True,
+        [sys.executable, "-m", "tools.cdi.install", "--state-dir", str(node.state_dir)], cwd=ROOT, check=True
     )
 
 

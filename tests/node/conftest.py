@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from node_cluster import NodeHandle, load_handle, push_operator_image
 
-import node as node_launcher
+from tests.node.node_cluster import NodeHandle, load_handle, push_operator_image
+from tools.node import node as node_launcher
 
 REUSE_ENV = "UDS_NODE_STATE_DIR"
 _NODE_DIR = Path(__file__).resolve().parent

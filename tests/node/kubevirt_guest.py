@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from guest_ssh import (
+
+from tools.node.guest_ssh import (
     BOOT_TIMEOUT_S,
     GUEST_USER,
     SshResult,

@@ -18,12 +18,12 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import kubevirt_install
 import pytest
-import volumes
-from node_cluster import NodeHandle, wait_until
 
-from pinned_versions import pinned_versions
+from tests.node.node_cluster import NodeHandle, wait_until
+from tools.envtest.pinned_versions import pinned_versions
+from tools.kubevirt import kubevirt_install
+from tools.node import volumes
 from uds_vm_operator.api.quantity import parse_bytes
 
 ROOT = Path(__file__).resolve().parents[2]

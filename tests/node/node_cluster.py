@@ -17,11 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import node_configs as cfg
-import volumes
-
-import node
-from integration.operator_harness import Api, OperatorProcess
+from tests.integration.operator_harness import Api, OperatorProcess
+from tools.node import node, volumes
+from tools.node import node_configs as cfg
 from uds_vm_operator.controller.release import without_release
 
 T = TypeVar("T")

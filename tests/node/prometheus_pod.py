@@ -1,7 +1,7 @@
 """A real Prometheus in a pod on the node: Debian bookworm's `prometheus` package (tools/prometheus/image.sh),
 pulled by containerd from the node's loopback registry, scraping what a test names.
 
-    from prometheus_pod import run_prometheus
+    from tests.node.prometheus_pod import run_prometheus
 
     prom = run_prometheus(node, monitoring_ns, [
         {"job_name": "guest", "static_configs": [{"targets": [f"{vm_pod_ip}:9100"]}]},
@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import probes
 import yaml
-from node_cluster import RESTRICTED_CONTEXT, NodeHandle, wait_until
+
+from tests.node.node_cluster import RESTRICTED_CONTEXT, NodeHandle, wait_until
+from tools.node import probes
 
 ROOT = Path(__file__).resolve().parents[2]
 PORT = 9090

@@ -16,10 +16,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from kubevirt_node import dry_run_create, kubevirt_fixture  # noqa: F401 (the session fixture)
-from node_cluster import NodeHandle, wait_until
 
-from kubevirt_variants import INSTANCETYPE, PREFERENCE, enumerate_variants
+from tests.kubevirt_variants import INSTANCETYPE, PREFERENCE, enumerate_variants
+from tests.node.kubevirt_node import dry_run_create, kubevirt_fixture  # noqa: F401 (the session fixture)
+from tests.node.node_cluster import NodeHandle, wait_until
 from uds_vm_operator.api import parse_vm_spec
 from uds_vm_operator.api.errors import SpecError
 

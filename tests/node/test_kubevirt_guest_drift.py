@@ -25,9 +25,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import probes
 import pytest
-from kubevirt_guest import (  # noqa: F401 (guest_image_fixture, keys_fixture: shared fixtures)
+
+from tests.integration.operator_harness import OperatorProcess
+from tests.node.kubevirt_guest import (  # noqa: F401 (guest_image_fixture, keys_fixture: shared fixtures)
     GUEST_USER,
     GuestKeys,
     booted_cloud_init,
@@ -35,17 +36,16 @@ from kubevirt_guest import (  # noqa: F401 (guest_image_fixture, keys_fixture: s
     keys_fixture,
     ssh,
 )
-from kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the session fixture)
+from tests.node.kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the session fixture)
     kubevirt_fixture,
     play_cdi_import,
     udsvm,
     udsvm_spec,
 )
-from node_cluster import NodeHandle, running_operator, wait_until
-from prometheus_pod import Prometheus, run_prometheus
-from test_kubevirt_launcher_packets import GUEST_DISK, booted_launcher
-
-from integration.operator_harness import OperatorProcess
+from tests.node.node_cluster import NodeHandle, running_operator, wait_until
+from tests.node.prometheus_pod import Prometheus, run_prometheus
+from tests.node.test_kubevirt_launcher_packets import GUEST_DISK, booted_launcher
+from tools.node import probes
 
 UDS_VM_API = "/apis/uds.dev/v1alpha1"
 VMCTL = (sys.executable, "-m", "uds_vm_operator.cli.main")

@@ -22,10 +22,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import node_configs as cfg
-import probes
 import pytest
-from kubevirt_guest import (  # noqa: F401 (guest_image_fixture, keys_fixture: shared fixtures)
+
+from tests.background_loop import BackgroundLoop
+from tests.integration.operator_harness import Api, OperatorProcess
+from tests.integration.pool_play import ReadyWatcher, members_path, pool_path
+from tests.node.kubevirt_guest import (  # noqa: F401 (guest_image_fixture, keys_fixture: shared fixtures)
     GUEST_USER,
     GuestKeys,
     booted_cloud_init,
@@ -36,7 +38,7 @@ from kubevirt_guest import (  # noqa: F401 (guest_image_fixture, keys_fixture: s
     ssh,
     wait_for_login,
 )
-from kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the session fixture)
+from tests.node.kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the session fixture)
     DV_API,
     isolation,
     kubevirt_fixture,
@@ -49,11 +51,9 @@ from kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the session fixture
     vmi_path,
     waited,
 )
-from node_cluster import NodeHandle, running_operator, wait_until
-
-from background_loop import BackgroundLoop
-from integration.operator_harness import Api, OperatorProcess
-from integration.pool_play import ReadyWatcher, members_path, pool_path
+from tests.node.node_cluster import NodeHandle, running_operator, wait_until
+from tools.node import node_configs as cfg
+from tools.node import probes
 from uds_vm_operator.fleet import POOL_LABEL, REVISION_LABEL
 
 UDS_VM_API = "/apis/uds.dev/v1alpha1"

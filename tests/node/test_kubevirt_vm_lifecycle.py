@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubevirt_guest import (  # noqa: F401 (shared fixtures)
+
+from tests.integration.operator_harness import OperatorProcess
+from tests.node.kubevirt_guest import (  # noqa: F401 (shared fixtures)
     GuestKeys,
     boot_id,
     booted_cloud_init,
@@ -26,7 +28,7 @@ from kubevirt_guest import (  # noqa: F401 (shared fixtures)
     keys_fixture,
     wait_for_login,
 )
-from kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the session fixture)
+from tests.node.kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the session fixture)
     component_logs,
     isolation,
     kubevirt_fixture,
@@ -38,9 +40,7 @@ from kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the session fixture
     vmi_path,
     waited,
 )
-from node_cluster import NodeHandle, running_operator, wait_until
-
-from integration.operator_harness import OperatorProcess
+from tests.node.node_cluster import NodeHandle, running_operator, wait_until
 
 UDS_VM_API = "/apis/uds.dev/v1alpha1"
 

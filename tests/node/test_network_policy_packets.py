@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import node_configs as cfg
-import probes
-from node_cluster import NodeHandle, wait_until
-
+from tests.node.node_cluster import NodeHandle, wait_until
+from tools.node import node_configs as cfg
+from tools.node import probes
 from uds_vm_operator.api import parse_vm_spec
 from uds_vm_operator.render import ClusterFacts, Owner, render_children
 from uds_vm_operator.render.verifier import render_verifier_network_policy

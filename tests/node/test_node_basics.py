@@ -4,9 +4,9 @@ machine."""
 
 from __future__ import annotations
 
-import node_configs as cfg
-import probes
-from node_cluster import NodeHandle, wait_until
+from tests.node.node_cluster import NodeHandle, wait_until
+from tools.node import node_configs as cfg
+from tools.node import probes
 
 
 def test_a_pod_is_scheduled_pulled_from_the_local_registry_and_reachable(node: NodeHandle, ns: str) -> None:

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import probes
 import pytest
-from node_cluster import NodeHandle, push_operator_image, wait_until
 
-from integration.test_deploy_helm import helm_path
+from tests.integration.test_deploy_helm import helm_path
+from tests.node.node_cluster import NodeHandle, push_operator_image, wait_until
+from tools.node import probes
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE = "uds-vm-operator"

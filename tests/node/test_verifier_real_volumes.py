@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import volumes
-from node_cluster import NodeHandle, running_operator, wait_until
 
-from integration.operator_harness import OperatorProcess
+from tests.integration.operator_harness import OperatorProcess
+from tests.node.node_cluster import NodeHandle, running_operator, wait_until
+from tools.node import volumes
 from uds_vm_operator.api.quantity import parse_bytes
 
 VIRTUAL_SIZE = 64 * 1024 * 1024

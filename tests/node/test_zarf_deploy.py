@@ -33,7 +33,8 @@ from typing import Any
 
 import pytest
 import yaml
-from node_cluster import NodeHandle, wait_until
+
+from tests.node.node_cluster import NodeHandle, wait_until
 
 # Zarf names a package after the architecture it is built for (Go's names).
 ZARF_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}[platform.machine()]

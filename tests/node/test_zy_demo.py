@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from node_cluster import NodeHandle
 
-import processes
-from node import log_tail
+from tests.node.node_cluster import NodeHandle
+from tools.envtest import processes
+from tools.node.node import log_tail
 
 ROOT = Path(__file__).resolve().parents[2]
 # Bounds the whole demo on the tier's node: a warm demo takes about 4 min on a quiet machine, but it installs
@@ -52,12 +52,15 @@ def test_the_demo_runs_every_stage_on_real_components(node: NodeHandle) -> None:
     log.unlink(missing_ok=True)  # spawn appends: the log holds this run only
     argv = [
         sys.executable,
-        str(ROOT / "tools" / "demo.py"),
+        "-m",
+        "tools.demo",
         "--state-dir",
         str(node.state_dir),
         "--reuse-node",
     ]
-    demo, _ = processes.spawn("demo", argv, log, {**os.environ, "COLUMNS": "200"}, tie_to_parent=True)
+    demo, _ = processes.spawn(
+        "demo", argv, log, {**os.environ, "COLUMNS": "200"}, tie_to_parent=True, cwd=ROOT
+    )
     try:
         returncode = demo.wait(timeout=DEMO_TIMEOUT_S)
     except subprocess.TimeoutExpired:

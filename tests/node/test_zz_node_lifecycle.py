@@ -19,13 +19,11 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import host_baseline
-import node_configs as cfg
-import probes
-from node_cluster import NodeHandle, load_handle, wait_until
-
-import node as node_launcher
-from processes import ProcessRecord
+from tests.node.node_cluster import NodeHandle, load_handle, wait_until
+from tools.envtest.processes import ProcessRecord
+from tools.node import host_baseline, probes
+from tools.node import node as node_launcher
+from tools.node import node_configs as cfg
 
 CRASH_DEATH_TIMEOUT_S = 30.0
 

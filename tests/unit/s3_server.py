@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from s3_gateway import ACCESS_KEY, SECRET_KEY, Gateway
-from s3_gateway import running_gateway as _running_gateway
+from tests.s3_gateway import ACCESS_KEY, SECRET_KEY, Gateway
+from tests.s3_gateway import running_gateway as _running_gateway
 
 __all__ = ["ACCESS_KEY", "SECRET_KEY", "Gateway", "bucket_fixture", "gateway_fixture", "running_gateway"]
 

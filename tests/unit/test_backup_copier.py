@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import s3_server
-from s3_server import bucket_fixture, gateway_fixture  # noqa: F401 (shared fixtures)
 
+from tests.unit import s3_server
+from tests.unit.s3_server import bucket_fixture, gateway_fixture  # noqa: F401 (shared fixtures)
 from uds_vm_operator.backup.command import ACCESS_KEY_ENV, SECRET_KEY_ENV
 from uds_vm_operator.backup.copier import (
     MESSAGE_LIMIT,

@@ -14,9 +14,9 @@ import os
 import socket
 
 import pytest
-import s3_server
-from s3_server import bucket_fixture, gateway_fixture  # noqa: F401 (shared fixtures)
 
+from tests.unit import s3_server
+from tests.unit.s3_server import bucket_fixture, gateway_fixture  # noqa: F401 (shared fixtures)
 from uds_vm_operator.backup.s3 import (
     EMPTY_SHA256,
     MIN_PART_BYTES,

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from bench import fleet_anchor
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from install import is_cdi_hook
+
+from tools.cdi.install import is_cdi_hook
 
 
 def _api_service(name: str, service: dict[str, Any] | None) -> dict[str, Any]:

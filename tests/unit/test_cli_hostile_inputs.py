@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import image_builders as build
 import pytest
 import yaml
 from typer.testing import CliRunner
 
+from tests.unit import image_builders as build
 from uds_vm_operator.cli.main import app
 
 TRACEBACK = "Traceback (most recent call last)"

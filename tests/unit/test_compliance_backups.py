@@ -14,7 +14,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from compliance_fixtures import (
+from regopy import Input, Interpreter
+
+from tests.unit.compliance_fixtures import (
     backup,
     backup_evidence,
     children,
@@ -24,8 +26,6 @@ from compliance_fixtures import (
     snapshot_of,
     udsvm,
 )
-from regopy import Input, Interpreter
-
 from uds_vm_operator.compliance.component import LinkedControl, load_component_definition
 from uds_vm_operator.compliance.errors import ComponentDefinitionError
 from uds_vm_operator.compliance.evaluate import VM_API, Finding, assess, vm_input

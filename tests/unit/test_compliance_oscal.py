@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from compliance_fixtures import chart_clusterroles, compliant_objects, find, snapshot_of
 from trestle.oscal.assessment_results import AssessmentResults
 from trestle.oscal.component import ComponentDefinition
 from typer.testing import CliRunner
 
+from tests.unit.compliance_fixtures import chart_clusterroles, compliant_objects, find, snapshot_of
 from uds_vm_operator.cli.main import app
 from uds_vm_operator.compliance.assessment import build_assessment_results
 from uds_vm_operator.compliance.component import load_component_definition, main, read_component_definition

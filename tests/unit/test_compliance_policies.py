@@ -6,7 +6,8 @@ import copy
 from datetime import UTC, datetime
 
 import pytest
-from compliance_fixtures import (
+
+from tests.unit.compliance_fixtures import (
     TAMPERS,
     backup_evidence,
     chart_clusterroles,
@@ -15,7 +16,6 @@ from compliance_fixtures import (
     snapshot_of,
     udsvm,
 )
-
 from uds_vm_operator.compliance.component import LinkedControl, load_component_definition
 from uds_vm_operator.compliance.controls import CONTROLS
 from uds_vm_operator.compliance.evaluate import VM_API, assess

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 import yaml
-from compliance_fixtures import (
+
+from tests.unit.compliance_fixtures import (
     SPEC,
     STATUS,
     backup_evidence,
@@ -17,7 +18,6 @@ from compliance_fixtures import (
     find,
     snapshot_of,
 )
-
 from uds_vm_operator.api.models import parse_vm_spec
 from uds_vm_operator.compliance.assessment import build_assessment_results
 from uds_vm_operator.compliance.component import LinkedControl, load_component_definition

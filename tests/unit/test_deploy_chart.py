@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 from functools import cache
@@ -12,11 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
+from tools.deploy import render
+
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("deploy_render", ROOT / "tools/deploy/render.py")
-assert _spec and _spec.loader
-render = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(render)
 
 # (apiGroup, resource) -> verbs the operator needs (issue 7), asserted exactly: new grants are deliberate.
 REQUIRED = {

@@ -17,8 +17,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from compliance_fixtures import SPEC, backup_evidence, chart_clusterroles, children, snapshot_of, udsvm
 
+from tests.unit.compliance_fixtures import (
+    SPEC,
+    backup_evidence,
+    chart_clusterroles,
+    children,
+    snapshot_of,
+    udsvm,
+)
 from uds_vm_operator.api.models import parse_vm_spec
 from uds_vm_operator.compliance.component import LinkedControl, load_component_definition
 from uds_vm_operator.compliance.controls import CONTROLS

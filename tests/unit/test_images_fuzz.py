@@ -16,9 +16,9 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-import image_builders as build
 import zstandard
 
+from tests.unit import image_builders as build
 from uds_vm_operator.images import ImageError, survey_image
 from uds_vm_operator.images._segments import segments_length
 from uds_vm_operator.images._source import BytesSource

@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 import struct
 
-import image_builders as build
 import pytest
 
+from tests.unit import image_builders as build
 from uds_vm_operator.images import (
     AirGapViolation,
     CorruptImageError,

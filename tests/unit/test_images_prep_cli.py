@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import image_builders as build
 import pytest
 import yaml
 from typer.testing import CliRunner
 
+from tests.unit import image_builders as build
 from uds_vm_operator.api.models import UDSVirtualMachineSpec
 from uds_vm_operator.cli.main import app
 from uds_vm_operator.sizing import pvc_size

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_render_upstream_schemas import _crd_folder, _schema, schema_violations
-from test_zarf_package import validator as zarf_validator
 from typer.testing import CliRunner
 
+from tests.unit.test_render_upstream_schemas import _crd_folder, _schema, schema_violations
+from tests.unit.test_zarf_package import validator as zarf_validator
 from uds_vm_operator.cli.main import app
 
 

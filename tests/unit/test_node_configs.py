@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import node_configs as cfg
+from tools.node import node_configs as cfg
 
 PATHS = cfg.NodePaths(state_dir=Path("/tmp/state"), run_dir=Path("/run/udsvm-x"))
 

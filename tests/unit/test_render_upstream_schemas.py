@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 import yaml
 
-from fetch_crds import ensure_crds, ensure_kubevirt_crds
-from kubevirt_variants import enumerate_variants, vm_kubevirt_paths
-from pinned_versions import kubevirt_schema_versions, pinned_versions
+from tests.kubevirt_variants import enumerate_variants, vm_kubevirt_paths
+from tools.envtest.fetch_crds import ensure_crds, ensure_kubevirt_crds
+from tools.envtest.pinned_versions import kubevirt_schema_versions, pinned_versions
 from uds_vm_operator.api import parse_vm_spec
 from uds_vm_operator.render import ClusterFacts, Owner, render_children
 
@@ -80,7 +80,7 @@ def _crd_folder() -> Path:
     except Exception as error:  # the message must say how to get the schemas, not just fail
         pytest.fail(
             f"the upstream CRD cache is missing and could not be fetched ({error}); run "
-            "`python tools/envtest/fetch_crds.py` (needs Go and the Go module proxy) or `make cluster-up`"
+            "`python -m tools.envtest.fetch_crds` (needs Go and the Go module proxy) or `make cluster-up`"
         )
 
 
@@ -208,7 +208,8 @@ def _kubevirt_folder(version: str) -> Path:
         return ensure_kubevirt_crds(version)
     except Exception as error:
         pytest.fail(
-            f"KubeVirt {version}'s CRDs could not be fetched ({error}); run tools/envtest/fetch_crds.py"
+            f"KubeVirt {version}'s CRDs could not be fetched ({error}); "
+            "run python -m tools.envtest.fetch_crds"
         )
 
 

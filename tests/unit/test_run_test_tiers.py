@@ -3,23 +3,13 @@ exactly one of them, and a failure in either must fail `make test` and be shown,
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from tools import run_test_tiers
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _runner() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("run_test_tiers", ROOT / "tools/run_test_tiers.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve the module's annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
 
 
 def _covers(args: list[str], tier: str) -> bool:
@@ -31,7 +21,7 @@ def _covers(args: list[str], tier: str) -> bool:
 
 
 def test_every_tier_runs_in_exactly_one_process() -> None:
-    groups = _runner().GROUPS
+    groups = run_test_tiers.GROUPS
     tiers = sorted(p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and any(p.glob("test_*.py")))
     assert {"node", "unit", "integration", "guest", "build"} <= set(tiers), tiers  # the premise
     for tier in tiers:
@@ -46,7 +36,7 @@ def test_a_failure_in_either_process_fails_the_run_and_both_logs_are_shown(
     (tmp_path / "good/test_good.py").write_text("def test_fine():\n    assert True\n")
     (tmp_path / "bad/test_bad.py").write_text("def test_broken():\n    assert 1 == 2, 'the failure'\n")
     groups = {"good one": [str(tmp_path / "good")], "bad one": [str(tmp_path / "bad")]}
-    status = _runner().run_all(groups, ["-p", "no:cacheprovider"], tmp_path / "logs", cwd=tmp_path)
+    status = run_test_tiers.run_all(groups, ["-p", "no:cacheprovider"], tmp_path / "logs", cwd=tmp_path)
     out = capsys.readouterr().out
     assert status != 0
     assert "===== good one: passed" in out and "1 passed" in out
@@ -58,5 +48,5 @@ def test_both_passing_is_success(tmp_path: Path, capsys: pytest.CaptureFixture[s
         (tmp_path / name).mkdir()
         (tmp_path / name / f"test_{name}.py").write_text("def test_fine():\n    assert True\n")
     groups = {"a": [str(tmp_path / "a")], "b": [str(tmp_path / "b")]}
-    assert _runner().run_all(groups, ["-p", "no:cacheprovider"], tmp_path / "logs", cwd=tmp_path) == 0
+    assert run_test_tiers.run_all(groups, ["-p", "no:cacheprovider"], tmp_path / "logs", cwd=tmp_path) == 0
     assert capsys.readouterr().out.count("passed after") == 2

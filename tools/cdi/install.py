@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import subprocess
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -39,13 +38,12 @@ from lightkube.resources.apiregistration_v1 import APIService
 from lightkube.resources.apps_v1 import Deployment
 from lightkube.resources.core_v1 import Namespace
 
+from tools.envtest import controlplane
+from tools.envtest.fetch_crds import ensure_crds
+from tools.envtest.pinned_versions import read_versions_env
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-sys.path.insert(0, str(ROOT / "tools" / "envtest"))
-
-import controlplane  # noqa: E402
-from fetch_crds import ensure_crds  # noqa: E402
-from pinned_versions import read_versions_env  # noqa: E402
 
 NAMESPACE = "cdi"
 FIELD_MANAGER = "uds-vm-operator-cdi-up"

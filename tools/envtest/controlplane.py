@@ -8,7 +8,7 @@ and the project's own CRDs (deploy/crds) are installed and awaited until Establi
 
 Two ways in:
 - `with running_control_plane() as plane:` (the pytest session fixture) tears everything down on exit.
-- CLI: `python tools/envtest/controlplane.py up|down|status --state-dir DIR` (`make cluster-up/cluster-down`);
+- CLI: `python -m tools.envtest.controlplane up|down|status --state-dir DIR` (`make cluster-up/cluster-down`);
   `up` leaves the processes running in the background and records their PIDs in DIR/pids.json.
 """
 
@@ -36,18 +36,16 @@ from typing import Any
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from cert_authority import (
+from tools.envtest.cert_authority import (
     CertificateAuthority,
     service_account_signing_key,
     write_kubeconfig,
 )
-from fetch_crds import FetchError, crd_files, ensure_crds
-from go_raw_strings import GoSourceError
-from kubevirt_crd_wrappers import KubevirtWrapperError
-from pinned_versions import REPO_ROOT, VersionsError, bin_dir
-from processes import ProcessRecord, spawn, stop
+from tools.envtest.fetch_crds import FetchError, crd_files, ensure_crds
+from tools.envtest.go_raw_strings import GoSourceError
+from tools.envtest.kubevirt_crd_wrappers import KubevirtWrapperError
+from tools.envtest.pinned_versions import REPO_ROOT, VersionsError, bin_dir
+from tools.envtest.processes import ProcessRecord, spawn, stop
 
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager")
 PROJECT_CRD_DIR = REPO_ROOT / "deploy" / "crds"

@@ -7,7 +7,7 @@ generated YAML in `pkg/operator/resources/crds_generated.go`, KubeVirt's schemas
 `validations_generated.go` (wrapped as its `crds.go` does), and the Gateway API CRDs are the release YAML
 shipped inside its module.
 
-Usage: python tools/envtest/fetch_crds.py [--force]   (prints the CRD folder on stdout)
+Usage: python -m tools.envtest.fetch_crds [--force]   (prints the CRD folder on stdout)
 """
 
 from __future__ import annotations
@@ -26,11 +26,9 @@ from typing import Any
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from go_raw_strings import GoSourceError, extract_string_map
-from kubevirt_crd_wrappers import KubevirtWrapperError, build_all, check_against_go_source
-from pinned_versions import (
+from tools.envtest.go_raw_strings import GoSourceError, extract_string_map
+from tools.envtest.kubevirt_crd_wrappers import KubevirtWrapperError, build_all, check_against_go_source
+from tools.envtest.pinned_versions import (
     PinnedVersions,
     VersionsError,
     crd_dir,

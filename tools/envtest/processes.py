@@ -61,12 +61,19 @@ def _die_with_parent() -> None:
 
 
 def spawn(
-    name: str, argv: Sequence[str], log_path: Path, env: dict[str, str], *, tie_to_parent: bool
+    name: str,
+    argv: Sequence[str],
+    log_path: Path,
+    env: dict[str, str],
+    *,
+    tie_to_parent: bool,
+    cwd: Path | None = None,
 ) -> tuple[subprocess.Popen[bytes], ProcessRecord]:
     """Start argv in its own session with output to log_path; return the handle and its record.
 
     Own session: a Ctrl-C in the terminal that ran `make cluster-up` must not kill the background plane.
     tie_to_parent: used by the pytest fixture so a hard-killed test run cannot leak processes.
+    cwd: where it runs (None: here); a ``python -m tools.…`` launcher needs the repository root.
     """
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
@@ -76,6 +83,7 @@ def spawn(
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
+            cwd=cwd,
             start_new_session=True,
             preexec_fn=_die_with_parent if tie_to_parent else None,  # noqa: PLW1509 - no threads fork here
         )

@@ -8,7 +8,7 @@ node, last) and waits until each answers.
 Idempotent: the generated manifests (and so the certificates) are kept in ``<state>/kubevirt/install.json``
 and re-applied unchanged on the next run.
 
-Usage: python tools/kubevirt/kubevirt_install.py up --state-dir .envtest
+Usage: python -m tools.kubevirt.kubevirt_install up --state-dir .envtest
 """
 
 from __future__ import annotations
@@ -27,12 +27,11 @@ from lightkube import ApiError, Client, KubeConfig, codecs
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.types import PatchType
 
+from tools.envtest.pinned_versions import pinned_versions
+from tools.node import node as node_launcher
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-sys.path.insert(0, str(ROOT / "tools" / "envtest"))
-sys.path.insert(0, str(ROOT / "tools" / "node"))
-import node as node_launcher  # noqa: E402 (tools/node is not a package)
-from pinned_versions import pinned_versions  # noqa: E402 (tools/envtest is not a package)
 
 NAMESPACE = "kubevirt"
 FIELD_MANAGER = "uds-kubevirt-install"

@@ -1,4 +1,4 @@
-"""One real node joined to the test control plane: `python tools/node/node.py up|down|status --state-dir DIR`.
+"""One real node joined to the test control plane: `python -m tools.node.node up|down|status --state-dir DIR`.
 
 `up` (idempotent) starts, in order: the loopback OCI registry (Debian's docker-registry) with the node's own
 images pushed into it; the pod bridge with the node address (the API server listens there, so pods reach it);
@@ -29,17 +29,13 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from tools.envtest import controlplane
+from tools.envtest.pinned_versions import REPO_ROOT, cache_root, read_versions_env
+from tools.envtest.processes import ProcessRecord, spawn, stop
+from tools.node import host_baseline, node_images
+from tools.node import node_configs as cfg
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "envtest"))
-sys.path.insert(0, str(HERE))
-
-import host_baseline  # noqa: E402
-import node_configs as cfg  # noqa: E402
-import node_images  # noqa: E402
-
-import controlplane  # noqa: E402
-from pinned_versions import REPO_ROOT, cache_root, read_versions_env  # noqa: E402
-from processes import ProcessRecord, spawn, stop  # noqa: E402
 
 MACHINE_LOCK = Path("/run/uds-vm-operator-node.lock")
 OWNER_FILE = Path("/run/uds-vm-operator-node.owner")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import node_configs as cfg
+from tools.node import node_configs as cfg
 
 Filesystem = Literal["ext4", "xfs"]
 

@@ -13,7 +13,7 @@ tools/deploy/render.py renders deploy/, the peered one, the cluster-scope one), 
 The image is rendered pinned by a well-formed fake digest (``sha256:000…``): a static scan has no built image,
 and the chart pins by digest by default. Exit 0 only if both scanners pass with no unexpected finding.
 
-Usage: python tools/scan/chart_scan.py [--keep DIR]   (``make chart-scan``)
+Usage: python -m tools.scan.chart_scan [--keep DIR]   (``make chart-scan``)
 """
 
 from __future__ import annotations
@@ -29,12 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools" / "deploy"))
-sys.path.insert(0, str(ROOT / "tools" / "scan"))
+from tools.deploy import render
+from tools.scan import k8s_schemas
 
-import k8s_schemas  # noqa: E402
-import render  # noqa: E402  (tools/deploy/render.py: release, namespace and values of deploy/)
+ROOT = Path(__file__).resolve().parents[2]
 
 SKIPS_DOC = ROOT / "docs" / "chart-scanning.md"
 PROJECT_CRDS = ROOT / "deploy" / "crds"

@@ -20,7 +20,7 @@ core group (``deployment-apps-v1.json``, ``service-v1.json``, ``kopfpeering-kopf
 The folder is cached in ``~/.cache/uds-vm-operator/k8s-schemas-<K8S_VERSION>-<hash>/`` (hash of this file and
 deploy/crds), so the plane starts only when the pinned version, the converter or a CRD changed.
 
-Usage: python tools/scan/k8s_schemas.py   # prints the schema folder (writing it first if needed)
+Usage: python -m tools.scan.k8s_schemas   # prints the schema folder (writing it first if needed)
 """
 
 from __future__ import annotations
@@ -37,11 +37,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tools" / "envtest"))
-
-from controlplane import PROJECT_CRD_DIR, ControlPlane, load_crd_documents, running_control_plane  # noqa: E402
-from pinned_versions import cache_root, pinned_versions  # noqa: E402
+from tools.envtest.controlplane import (
+    PROJECT_CRD_DIR,
+    ControlPlane,
+    load_crd_documents,
+    running_control_plane,
+)
+from tools.envtest.pinned_versions import cache_root, pinned_versions
 
 SCHEMA_LOCATION_TEMPLATE = "{{ .ResourceKind }}{{ .KindSuffix }}.json"
 """kubeconform's -schema-location, relative to the schema folder (kubeconform fills in kind and suffix)."""

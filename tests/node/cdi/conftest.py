@@ -12,9 +12,10 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from cdi_support import ROOT, ensure_cdi
-from install import is_cdi_hook
-from node_cluster import NodeHandle
+
+from tests.node.cdi_support import ROOT, ensure_cdi
+from tests.node.node_cluster import NodeHandle
+from tools.cdi.install import is_cdi_hook
 
 
 def _left_behind(node: NodeHandle) -> list[str]:
@@ -41,7 +42,8 @@ def cdi(node: NodeHandle) -> Iterator[NodeHandle]:
     ensure_cdi(node)
     yield node
     subprocess.run(
-        [sys.executable, str(ROOT / "tools/cdi/install.py"), "--state-dir", str(node.state_dir), "--down"],
+        [sys.executable, "-m", "tools.cdi.install", "--state-dir", str(node.state_dir), "--down"],
+        cwd=ROOT,
         check=True,
     )
     assert _left_behind(node) == [], "cdi-down removed everything CDI had installed"

@@ -24,7 +24,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cdi_support import (
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.integration.operator_harness import OperatorProcess
+from tests.node.cdi.test_cdi_kubevirt_boot import (  # noqa: F401 (operator_fixture: shared with the boot test)
+    SSH_FROM_ADMIN,
+    boot_times,
+    condition_true,
+    operator_fixture,
+)
+from tests.node.cdi.upload_support import vmctl
+from tests.node.cdi_support import (
     NODE_ADDRESS,
     await_import,
     await_verified,
@@ -33,20 +43,17 @@ from cdi_support import (
     http_udsvm,
     vm_status,
 )
-from kubevirt_guest import GUEST_USER, GuestKeys, booted_cloud_init, build_guest_image, make_keys, ssh
-from kubevirt_node import kubevirt_fixture, the_launcher_pod, vmi_path  # noqa: F401 (the session fixture)
-from node_cluster import NodeHandle, wait_until
-from prometheus_client.parser import text_string_to_metric_families
-
-from cdi.test_cdi_kubevirt_boot import (  # noqa: F401 (operator_fixture: shared with the boot test)
-    SSH_FROM_ADMIN,
-    boot_times,
-    condition_true,
-    operator_fixture,
+from tests.node.kubevirt_guest import (
+    GUEST_USER,
+    GuestKeys,
+    booted_cloud_init,
+    build_guest_image,
+    make_keys,
+    ssh,
 )
-from cdi.upload_support import vmctl
-from integration.operator_harness import OperatorProcess
-from s3_gateway import ACCESS_KEY, SECRET_KEY, Gateway, running_gateway
+from tests.node.kubevirt_node import kubevirt_fixture, the_launcher_pod, vmi_path  # noqa: F401 (the session fixture)
+from tests.node.node_cluster import NodeHandle, wait_until
+from tests.s3_gateway import ACCESS_KEY, SECRET_KEY, Gateway, running_gateway
 
 NAMESPACE = "cdi-backup"
 ROOT = Path(__file__).resolve().parents[3]

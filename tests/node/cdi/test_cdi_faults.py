@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cdi_support import (
+
+from tests.node.cdi_support import (
     MIB,
     RESTRICTED,
     ScratchOffer,
@@ -29,7 +30,7 @@ from cdi_support import (
     vm_status,
     wait_or_diagnose,
 )
-from node_cluster import NodeHandle
+from tests.node.node_cluster import NodeHandle
 
 VIRTUAL_SIZE = 48 * MIB
 PAUSE_PER_MIB_S = 0.5

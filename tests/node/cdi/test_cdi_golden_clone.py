@@ -45,7 +45,11 @@ from typing import Any
 
 import pytest
 import yaml
-from cdi_support import (
+from typer.testing import CliRunner
+
+from tests.integration.operator_harness import Api, OperatorProcess
+from tests.kube_helpers import access_review
+from tests.node.cdi_support import (
     CDI_API,
     MIB,
     RESTRICTED,
@@ -64,12 +68,8 @@ from cdi_support import (
     running_operator,
     vm_status,
 )
-from node_cluster import NodeHandle, wait_until
-from typer.testing import CliRunner
-
-import controlplane
-from integration.operator_harness import Api, OperatorProcess
-from kube_helpers import access_review
+from tests.node.node_cluster import NodeHandle, wait_until
+from tools.envtest import controlplane
 from uds_vm_operator.apiversions import CDI_API_VERSION
 from uds_vm_operator.cli.main import app
 from uds_vm_operator.controller.verification import VERIFICATION_ANNOTATION

@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cdi_support import (
+
+from tests.integration.operator_harness import OperatorProcess
+from tests.node.cdi_support import (
     MIB,
     RESTRICTED,
     await_import,
@@ -27,9 +29,7 @@ from cdi_support import (
     running_operator,
     vm_status,
 )
-from node_cluster import NodeHandle, wait_until
-
-from integration.operator_harness import OperatorProcess
+from tests.node.node_cluster import NodeHandle, wait_until
 
 VIRTUAL_SIZE = 16 * MIB
 NAMESPACE = "cdi-http"  # cdi_ns (conftest) names each test's namespace after it

@@ -21,10 +21,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import probes
 import pytest
-from cdi_support import await_import, await_verified, bridge_image_server, http_udsvm, running_operator
-from kubevirt_guest import (
+
+from tests.integration.operator_harness import OperatorProcess
+from tests.node.cdi.upload_support import VM as UPLOADED
+from tests.node.cdi.upload_support import prep_and_apply, succeeded, upload_ready, vmctl_upload
+from tests.node.cdi_support import (
+    await_import,
+    await_verified,
+    bridge_image_server,
+    http_udsvm,
+    running_operator,
+)
+from tests.node.kubevirt_guest import (
     GUEST_USER,
     GuestKeys,
     booted_cloud_init,
@@ -33,12 +42,9 @@ from kubevirt_guest import (
     ssh,
     wait_for_login,
 )
-from kubevirt_node import kubevirt_fixture, the_launcher_pod, vmi_path  # noqa: F401 (the session fixture)
-from node_cluster import NodeHandle, wait_until
-
-from cdi.upload_support import VM as UPLOADED
-from cdi.upload_support import prep_and_apply, succeeded, upload_ready, vmctl_upload
-from integration.operator_harness import OperatorProcess
+from tests.node.kubevirt_node import kubevirt_fixture, the_launcher_pod, vmi_path  # noqa: F401 (the session fixture)
+from tests.node.node_cluster import NodeHandle, wait_until
+from tools.node import probes
 
 NAMESPACE = "cdi-boot"
 IMPORTED = "web"

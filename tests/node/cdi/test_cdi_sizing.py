@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cdi_support import (
+
+from tests.node.cdi_support import (
     CDI_API,
     MIB,
     await_import,
@@ -28,8 +29,7 @@ from cdi_support import (
     vm_status,
     wait_or_diagnose,
 )
-from node_cluster import NodeHandle
-
+from tests.node.node_cluster import NodeHandle
 from uds_vm_operator.sizing import pvc_mib, pvc_size
 
 SIZES = [1 * MIB, 1024 * MIB, 3300 * MIB]

@@ -15,7 +15,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cdi_support import (
+
+from tests.integration.operator_harness import OperatorProcess
+from tests.node.cdi.upload_support import (
+    DV,
+    PROXY_NAME,
+    VM,
+    prep_and_apply,
+    succeeded,
+    upload_ready,
+    vmctl_upload,
+)
+from tests.node.cdi_support import (
     MIB,
     RESTRICTED,
     await_verified,
@@ -25,10 +36,7 @@ from cdi_support import (
     vm_status,
     wait_or_diagnose,
 )
-from node_cluster import NodeHandle
-
-from cdi.upload_support import DV, PROXY_NAME, VM, prep_and_apply, succeeded, upload_ready, vmctl_upload
-from integration.operator_harness import OperatorProcess
+from tests.node.node_cluster import NodeHandle
 from uds_vm_operator.cli._kube import KubeClient
 from uds_vm_operator.cli.upload import request_upload_token
 from uds_vm_operator.cli.upload_proxy import ProxyTarget, stream_upload

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from cdi_support import datavolume, offer_volume, wait_or_diagnose
-from node_cluster import NodeHandle
+
+from tests.node.cdi_support import datavolume, offer_volume, wait_or_diagnose
+from tests.node.node_cluster import NodeHandle
 
 VM = "up"
 DV = f"{VM}-dv"

@@ -1,0 +1,1 @@
+"""The CDI images tier."""

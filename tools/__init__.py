@@ -1,0 +1,1 @@
+"""Scripts and harnesses around the operator (none ships); a package, so all of it imports by package path."""

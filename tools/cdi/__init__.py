@@ -1,0 +1,1 @@
+"""CDI on the real node: `python -m tools.cdi.install`."""

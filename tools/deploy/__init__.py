@@ -1,0 +1,1 @@
+"""deploy/ rendered from the Helm chart: `python -m tools.deploy.render [--check]`."""

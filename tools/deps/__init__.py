@@ -1,0 +1,1 @@
+"""The unit tier on the floor versions of the runtime dependencies: `python -m tools.deps.floors`."""

@@ -1,0 +1,1 @@
+"""Structural counts of src/: `python -m tools.metrics.code_counts`."""

@@ -1,0 +1,1 @@
+"""One real node joined to the test control plane: `python -m tools.node.node up|down|status`."""

@@ -1,0 +1,1 @@
+"""kubeconform and checkov on the rendered chart: `python -m tools.scan.chart_scan`."""
