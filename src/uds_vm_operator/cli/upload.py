@@ -122,25 +122,13 @@ def _upload(options: UploadOptions, cluster: KubeClient, console: Console) -> in
         _check_local_digest(options.image, declared, console)
     digest_checked = time.monotonic()
 
-    token = request_upload_token(cluster, namespace, dv_name)
     target = ProxyTarget(
         _proxy_url(options, cluster),
         str(options.ca_file) if options.ca_file else None,
         options.insecure,
         options.tls_server_name,
     )
-    started = time.monotonic()
-    wait_until_upload_ready(
-        cluster,
-        namespace,
-        dv_name,
-        wait_s=options.wait_s,
-        poll_interval_s=options.poll_interval_s,
-        console=console,
-    )
-    if time.monotonic() - started > TOKEN_REFRESH_AFTER_S:
-        token = request_upload_token(cluster, namespace, dv_name)
-
+    token = _token_once_ready(options, cluster, namespace, dv_name, console)
     size = options.image.stat().st_size
     streaming = time.monotonic()
     with byte_progress(console) as progress:
@@ -165,6 +153,26 @@ def _upload(options: UploadOptions, cluster: KubeClient, console: Console) -> in
         highlight=False,
     )
     return EXIT_OK
+
+
+def _token_once_ready(
+    options: UploadOptions, cluster: KubeClient, namespace: str, dv_name: str, console: Console
+) -> str:
+    """An upload token that is still fresh once the DataVolume is UploadReady (asked again after a long
+    wait: CDI's tokens last five minutes)."""
+    token = request_upload_token(cluster, namespace, dv_name)
+    started = time.monotonic()
+    wait_until_upload_ready(
+        cluster,
+        namespace,
+        dv_name,
+        wait_s=options.wait_s,
+        poll_interval_s=options.poll_interval_s,
+        console=console,
+    )
+    if time.monotonic() - started > TOKEN_REFRESH_AFTER_S:
+        token = request_upload_token(cluster, namespace, dv_name)
+    return token
 
 
 def _declared_upload_checksum(vm: dict[str, Any], namespace: str, name: str) -> str | None:
