@@ -51,15 +51,13 @@ from typer.testing import CliRunner
 from bench.cdi_import_verify import ROOT, prepare_node, release_node
 from tests.integration.operator_harness import OperatorProcess
 from tests.node.cdi_support import bridge_image_server, datavolume, make_image, offer_volume
-from tests.node.node_cluster import load_handle, wait_until
+from tests.node.node_cluster import NodeHandle, load_handle, wait_until
 from uds_vm_operator.apiversions import CDI_API_VERSION
 from uds_vm_operator.cli.main import app
 from uds_vm_operator.render.datavolume import BIND_IMMEDIATE_ANNOTATION, exact_pvc
 from uds_vm_operator.render.goldenimage import data_source
 from uds_vm_operator.render.verifier import verifier_labels, verifier_pod_name
 from uds_vm_operator.sizing import pvc_size
-
-NodeHandle = Any
 
 N = int(os.environ.get("BENCH_LATENCY_N", "50"))
 ORDER = tuple(os.environ.get("BENCH_LATENCY_ORDER", "plain,ours").split(","))
