@@ -25,7 +25,11 @@ FIELD_PARAMS = {"fieldManager": "uds-vmctl", "fieldValidation": "Strict"}
 
 def register(app: typer.Typer) -> None:
     """Attach ``backup`` and ``restore`` to the CLI app."""
+    _register_backup(app)
+    _register_restore(app)
 
+
+def _register_backup(app: typer.Typer) -> None:
     @app.command("backup")
     def backup_command(  # noqa: PLR0917 (typer maps each parameter to an option)
         name: str = typer.Argument(..., help="UDSVirtualMachine to back up (it must declare spec.backup)."),
@@ -61,6 +65,8 @@ def register(app: typer.Typer) -> None:
         if (backup.get("status") or {}).get("phase") == "Failed":
             raise typer.Exit(1)
 
+
+def _register_restore(app: typer.Typer) -> None:
     @app.command("restore")
     def restore_command(  # noqa: PLR0917 (typer maps each parameter to an option)
         backup: str = typer.Argument(..., help="UDSVirtualMachineBackup to restore (phase Succeeded)."),
