@@ -45,15 +45,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-from typer.testing import CliRunner
-
 from bench.cdi_import_verify import ROOT, prepare_node, release_node
 from tests.integration.operator_harness import OperatorProcess
-from tests.node.cdi_support import bridge_image_server, datavolume, make_image, offer_volume
+from tests.node.cdi_support import (
+    apply_golden_image_rbac,
+    bridge_image_server,
+    datavolume,
+    dv_condition,
+    make_image,
+    offer_volume,
+)
 from tests.node.node_cluster import NodeHandle, load_handle, wait_until
 from uds_vm_operator.apiversions import CDI_API_VERSION
-from uds_vm_operator.cli.main import app
 from uds_vm_operator.render.datavolume import BIND_IMMEDIATE_ANNOTATION, exact_pvc
 from uds_vm_operator.render.goldenimage import data_source
 from uds_vm_operator.render.verifier import verifier_labels, verifier_pod_name
@@ -76,29 +79,12 @@ VERIFIER_SELECTOR = ",".join(f"{key}={value}" for key, value in verifier_labels(
 # ------------------------------------------------------------------------------------------ the golden image
 
 
-def _apply_rbac(handle: NodeHandle, image_ns: str, consumer: str) -> None:
-    """`uds-vmctl golden-image rbac` for the pair, applied: the consumer may clone, nothing more."""
-    result = CliRunner().invoke(
-        app, ["golden-image", "rbac", "--image-namespace", image_ns, "--consumer-namespace", consumer]
-    )
-    if result.exit_code != 0:
-        raise RuntimeError(f"uds-vmctl golden-image rbac failed: {result.output}")
-    plural = {"Role": "roles", "RoleBinding": "rolebindings"}
-    for manifest in yaml.safe_load_all(result.stdout):
-        meta = manifest["metadata"]
-        if manifest["kind"] == "Namespace":
-            continue  # both namespaces exist already
-        group = "/apis/rbac.authorization.k8s.io/v1"
-        path = f"{group}/namespaces/{meta['namespace']}/{plural[manifest['kind']]}/{meta['name']}"
-        handle.api.apply(manifest, path)
-
-
 def _golden(handle: NodeHandle, image_ns: str, work: Path, provisioner: Provisioner) -> str:
     """Import the golden image with CDI's own checksum, publish its DataSource; returns its content digest.
     The provisioner gives the import its claims (the target, and CDI's scratch claim)."""
     provisioner.namespaces.add(image_ns)
     image = make_image(work / "served", "raw", VIRTUAL_SIZE)
-    manifest = {
+    manifest: dict[str, Any] = {
         "apiVersion": CDI_API_VERSION,
         "kind": "DataVolume",
         "metadata": {
@@ -121,10 +107,7 @@ def _golden(handle: NodeHandle, image_ns: str, work: Path, provisioner: Provisio
 
     def ready() -> bool:
         ds = handle.api.get(f"{CDI_API}/namespaces/{image_ns}/datasources/{GOLDEN}") or {}
-        return any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in (ds.get("status") or {}).get("conditions") or []
-        )
+        return dv_condition(ds, "Ready").get("status") == "True"
 
     wait_until("the golden DataSource Ready", ready, 120)
     return "sha256:" + image.raw_sha256
@@ -332,7 +315,7 @@ def _batch(site: Site, kind: str) -> dict[str, Any]:
     namespace = handle.namespace(f"lat-{kind}")
     operator = None
     try:
-        _apply_rbac(handle, image_ns, namespace)
+        apply_golden_image_rbac(handle, image_ns, namespace)
         provisioner.namespaces.add(namespace)
         if kind == "ours":
             environment = {**os.environ, "UDS_VM_OPERATOR_IMAGE": image}

@@ -17,8 +17,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import yaml
+from typer.testing import CliRunner
+
 from tests.cdi_images.disk_images import MIB, DiskImage, image_server, make_image
 from tests.node.node_cluster import NodeHandle, running_operator, wait_until
+from uds_vm_operator.cli.main import app
 
 __all__ = ["MIB", "DiskImage", "bridge_image_server", "make_image", "running_operator"]
 
@@ -39,6 +43,32 @@ def bridge_image_server(folder: Path, pause_per_mib_s: float = 0.0) -> Iterator[
     """The image server on the node's bridge address, where CDI's importer pods can reach it."""
     with image_server(folder, NODE_ADDRESS, pause_per_mib_s) as served:
         yield served
+
+
+# ------------------------------------------------------------------------------------- golden-image RBAC
+
+
+def _rbac_object_path(manifest: dict[str, Any]) -> str:
+    """Where to apply one manifest of `uds-vmctl golden-image rbac` (no --quota: Namespace, Role, binding)."""
+    meta = manifest["metadata"]
+    if manifest["kind"] == "Namespace":
+        return f"/api/v1/namespaces/{meta['name']}"
+    plural = {"Role": "roles", "RoleBinding": "rolebindings"}[manifest["kind"]]
+    return f"/apis/rbac.authorization.k8s.io/v1/namespaces/{meta['namespace']}/{plural}/{meta['name']}"
+
+
+def apply_golden_image_rbac(node: NodeHandle, image_ns: str, consumer: str) -> None:
+    """Apply what `uds-vmctl golden-image rbac` prints for this pair of namespaces: the consumer may clone
+    from the golden namespace, nothing more.
+
+    No --quota: on this node the golden class is the only class, and the quota would keep the consumer off it.
+    """
+    result = CliRunner().invoke(
+        app, ["golden-image", "rbac", "--image-namespace", image_ns, "--consumer-namespace", consumer]
+    )
+    assert result.exit_code == 0, result.output
+    for manifest in yaml.safe_load_all(result.stdout):
+        node.api.apply(manifest, _rbac_object_path(manifest))
 
 
 # ------------------------------------------------------------------------------------------------ volumes

@@ -44,8 +44,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import yaml
-from typer.testing import CliRunner
 
 from tests.integration.operator_harness import Api, OperatorProcess
 from tests.kube_helpers import access_review
@@ -55,6 +53,7 @@ from tests.node.cdi_support import (
     RESTRICTED,
     UDSVM_API,
     DiskImage,
+    apply_golden_image_rbac,
     await_import,
     bridge_image_server,
     claim_request,
@@ -71,7 +70,6 @@ from tests.node.cdi_support import (
 from tests.node.node_cluster import NodeHandle, wait_until
 from tools.envtest import controlplane
 from uds_vm_operator.apiversions import CDI_API_VERSION
-from uds_vm_operator.cli.main import app
 from uds_vm_operator.controller.verification import VERIFICATION_ANNOTATION
 from uds_vm_operator.render.datavolume import BIND_IMMEDIATE_ANNOTATION, exact_pvc
 from uds_vm_operator.render.goldenimage import data_source
@@ -107,28 +105,6 @@ class Golden:
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-
-
-def _object_path(manifest: dict[str, Any]) -> str:
-    """Where to apply one manifest of `uds-vmctl golden-image rbac` (no --quota: Namespace, Role, binding)."""
-    meta = manifest["metadata"]
-    if manifest["kind"] == "Namespace":
-        return f"/api/v1/namespaces/{meta['name']}"
-    plural = {"Role": "roles", "RoleBinding": "rolebindings"}[manifest["kind"]]
-    return f"/apis/rbac.authorization.k8s.io/v1/namespaces/{meta['namespace']}/{plural}/{meta['name']}"
-
-
-def protect(node: NodeHandle, image_ns: str, consumer: str) -> None:
-    """Apply what `uds-vmctl golden-image rbac` prints for this pair of namespaces.
-
-    No --quota: on this node the golden class is the only class, and the quota would keep the consumer off it.
-    """
-    result = CliRunner().invoke(
-        app, ["golden-image", "rbac", "--image-namespace", image_ns, "--consumer-namespace", consumer]
-    )
-    assert result.exit_code == 0, result.output
-    for manifest in yaml.safe_load_all(result.stdout):
-        node.api.apply(manifest, _object_path(manifest))
 
 
 def golden_datavolume(namespace: str, url: str, digest: str) -> dict[str, Any]:
@@ -287,7 +263,7 @@ def golden(cdi: NodeHandle, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     consumer = cdi.namespace("cdi-clone", RESTRICTED)
     image_ns = cdi.namespace("golden", RESTRICTED)
     try:
-        protect(cdi, image_ns, consumer)
+        apply_golden_image_rbac(cdi, image_ns, consumer)
         served = tmp_path_factory.mktemp("golden-srv")
         image = make_image(served, "qcow2", VIRTUAL_SIZE)  # qcow2: CDI converts, so the raw content differs
         digest = "sha256:" + image.served_sha256
