@@ -220,6 +220,9 @@ def assert_backup_metrics(operator: OperatorProcess, namespace: str, size: int) 
     assert samples[("uds_vm_backup_size_bytes", (("namespace", namespace), ("vm", "web")))] == size
 
 
+# First in the node tier, so it also pays the session's node, KubeVirt and CDI set-up (~210 s); then three
+# 2 GiB imports and two TCG boots: 555 s in a passing CI run, over 600 in a failing one.
+@pytest.mark.timeout(1500)
 def test_a_backed_up_guest_is_restored_verified_and_a_tampered_backup_never_boots(
     cdi: NodeHandle, operator: OperatorProcess, cdi_ns: str, s3: Gateway, tmp_path: Path
 ) -> None:

@@ -21,13 +21,15 @@ from tests.node.node_cluster import NodeHandle
 VM = "up"
 DV = f"{VM}-dv"
 PROXY_NAME = "cdi-uploadproxy.cdi.svc"  # a name in the proxy's certificate (CDI's cert manager)
+VMCTL_TIMEOUT_S = 600  # a hung command fails by its own name (TimeoutExpired), not the test's timeout
 
 
 def vmctl(*args: str) -> subprocess.CompletedProcess[str]:
     """`uds-vmctl` as the field engineer runs it: a new process, judged by its exit code and stderr."""
     return subprocess.run(
-        [sys.executable, "-m", "uds_vm_operator.cli.main", *args], capture_output=True, text=True, check=False
-    )
+        [sys.executable, "-m", "uds_vm_operator.cli.main", *args],
+        capture_output=True, text=True, check=False, timeout=VMCTL_TIMEOUT_S,
+    )  # fmt: skip
 
 
 def vmctl_upload(
