@@ -7,7 +7,8 @@ the user data the operator renders for a plain Debian VM (``render_user_data``: 
 hardening baseline). The clock starts just before QEMU is started and stops at the first
 ``ssh ops@guest true`` that succeeds (``Guest.wait_for_login``). Boots run one after another, so they do
 not compete with each other; ``UDS_GUEST_BOOT_PARALLEL=3`` boots three at once instead (as the guest tier
-does), clock per guest. ``UDS_GUEST_BOOT_REPEATS`` changes the number of sequential boots.
+does), clock per guest. ``UDS_GUEST_BOOT_REPEATS`` changes the number of sequential boots, ``UDS_GUEST_SMP``
+the vCPUs (2).
 
 After the login, the boot's own breakdown is read over SSH (``sudo``): the guest's uptime at login (QEMU
 start → kernel clock start is the rest: firmware, bootloader, loading the kernel and initrd), systemd's

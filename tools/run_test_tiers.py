@@ -18,6 +18,7 @@ non-zero when either failed; both always run to the end, so one run reports ever
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
@@ -124,7 +125,8 @@ def run_all(
         if pending and time.monotonic() - last_beat >= HEARTBEAT_S:
             last_beat = time.monotonic()
             still = ", ".join(f"{r.name} ({int(last_beat - r.started) // 60} min)" for r in pending)
-            print(f"make test: still running: {still}", flush=True)
+            load = os.getloadavg()[0]  # how busy the 2 cores were: says whether a slow tier waited or worked
+            print(f"make test: still running: {still}; load {load:.1f}", flush=True)
         time.sleep(1.0)
     return status
 

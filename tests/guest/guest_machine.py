@@ -29,6 +29,8 @@ LOGIN_TIMEOUT_S = 1500.0
 LOGIN_POLL_S = 1.0
 """Pause between login attempts: a refused attempt costs the guest little (sshd not yet listening, or one
 key exchange), and a long pause would add up to its own length to every measured boot."""
+GUEST_VCPUS = os.environ.get("UDS_GUEST_SMP", "2")
+"""vCPUs per guest (QEMU's -smp); ``UDS_GUEST_SMP`` lets `bench/guest_boot.py` compare one with two."""
 PROBE = Path(__file__).with_name("guest_probe.py")
 AGENT_FILES = (
     "/etc/ssh/sshd_config",
@@ -144,7 +146,7 @@ class Guest:
         argv = [
             "qemu-system-x86_64",
             *accel,
-            "-smp", "2", "-m", "1024", "-nodefaults", "-display", "none", "-no-user-config",
+            "-smp", GUEST_VCPUS, "-m", "1024", "-nodefaults", "-display", "none", "-no-user-config",
             "-serial", f"file:{self.console}",
             "-drive", f"file={overlay},if=virtio,format=qcow2",
             "-drive", f"file={self.seed},if=virtio,format=raw,readonly=on",
