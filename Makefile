@@ -39,8 +39,8 @@ crds-check: install ## fail if deploy/crds differs from what the models generate
 	$(PY) -m uds_vm_operator.api.crdgen --check deploy/crds
 
 lint: install ## ruff (lint + format check) and mypy --strict
-	$(VENV)/bin/ruff check src tests tools bench
-	$(VENV)/bin/ruff format --check src tests tools bench
+	$(VENV)/bin/ruff check src tests tools bench release
+	$(VENV)/bin/ruff format --check src tests tools bench release
 	$(VENV)/bin/mypy src
 
 helm-bin: ## build (or reuse) helm from its Go module into ~/.cache/uds-vm-operator
@@ -59,7 +59,7 @@ zarf-init-package: install image-deps image-registry zarf-bin ## Zarf's init pac
 	@tools/zarf/init-package.sh
 
 deploy-check: install ## fail if deploy/ differs from what the Helm chart renders
-	$(PY) -m tools.deploy.render --check
+	$(PY) -m release.deploy_manifests --check
 
 compliance-check: install ## fail if compliance/oscal-component.yaml differs from the validations it is built from
 	$(PY) -m uds_vm_operator.compliance.component --check compliance/oscal-component.yaml
@@ -191,10 +191,10 @@ image: install image-deps image-registry envtest-bins lock-check ## build the op
 	@tools/images/image.sh >/dev/null
 
 lock: install ## regenerate requirements.lock and requirements-build.lock with hashes (needs PyPI)
-	$(PY) -m tools.images.lock compile
+	$(PY) -m release.locks compile
 
 lock-check: install ## fail if requirements.lock drifted from pyproject.toml's runtime dependencies
-	$(PY) -m tools.images.lock check
+	$(PY) -m release.locks check
 
 s3-bin: ## build (or reuse) the Versity S3 gateway (the backup tests' object store, ADR 0020) into ~/.cache/uds-vm-operator
 	@tools/s3/build.sh >/dev/null

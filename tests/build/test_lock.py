@@ -51,18 +51,18 @@ def test_locked_wheelhouse_installs_and_a_tampered_wheel_is_refused(
 
 
 def copy_for_check(tmp_path: Path) -> Path:
-    """A minimal copy of the repo that tools/images/lock.py treats as its root."""
-    (tmp_path / "tools/images").mkdir(parents=True)
-    shutil.copy(ROOT / "tools/images/lock.py", tmp_path / "tools/images/lock.py")
+    """A minimal copy of the repo that release/locks.py treats as its root."""
+    (tmp_path / "release").mkdir(parents=True)
+    shutil.copy(ROOT / "release/locks.py", tmp_path / "release/locks.py")
     for name in ("pyproject.toml", *LOCKS):
         shutil.copy(ROOT / name, tmp_path / name)
     return tmp_path
 
 
 def lock_check(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``lock.py check`` against the copy."""
+    """``locks.py check`` against the copy."""
     return subprocess.run(
-        [sys.executable, str(root / "tools/images/lock.py"), "check", *args],
+        [sys.executable, str(root / "release/locks.py"), "check", *args],
         text=True, capture_output=True, check=False,
     )  # fmt: skip
 

@@ -17,10 +17,10 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.authorization_v1 import SelfSubjectAccessReview
 from lightkube.resources.core_v1 import Namespace, Secret
 
+from release import deploy_manifests
 from tests.integration.operator_harness import Api
 from tests.integration.test_deploy_helm import helm_path
 from tests.kube_helpers import apply_strict, as_resource, create_strict
-from tools.deploy import render
 
 SA = "uds-vm-operator"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "RoleBinding")
@@ -156,7 +156,9 @@ def operator_identity(
 ) -> Iterator[tuple[Client, str]]:
     restricted_namespace = short_namespace
     # The opt-in cluster flavour (rbac.scope=cluster): what it grants, and that it is still not dangerous.
-    objects = retarget(render.render_chart(helm_path(), "--set", "rbac.scope=cluster"), restricted_namespace)
+    objects = retarget(
+        deploy_manifests.render_chart(helm_path(), "--set", "rbac.scope=cluster"), restricted_namespace
+    )
     objects = [o for o in objects if o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")]
     install(kube_client, [o for o in objects if o["kind"] != "Deployment"])
     user = f"system:serviceaccount:{restricted_namespace}:{SA}"
@@ -174,7 +176,7 @@ def operator_identity(
 def test_deploy_manifests_pass_strict_validation_and_the_restricted_profile(
     kube_client: Client, restricted_namespace: str
 ) -> None:
-    objects = retarget(render.load_deploy_objects(), restricted_namespace)
+    objects = retarget(deploy_manifests.load_deploy_objects(), restricted_namespace)
     try:
         for obj in objects:
             create_strict(kube_client, obj)
@@ -221,7 +223,7 @@ def test_namespaced_flavour_cannot_read_secrets_outside_its_namespaces(
     control_plane: Any, kube_client: Client, short_namespace: str
 ) -> None:
     restricted_namespace = short_namespace
-    objects = render.render_chart(
+    objects = deploy_manifests.render_chart(
         helm_path(), "--set", "rbac.scope=namespaced", "--set", f"watchNamespaces={{{restricted_namespace}}}"
     )
     objects = retarget(objects, restricted_namespace)
@@ -253,7 +255,9 @@ def test_default_chart_rbac_by_impersonation_no_kube_system_secret_no_pod_outsid
     flavour) installed; the admin sends real requests as the operator's service account with
     ``Impersonate-User``/``Impersonate-Group`` (what ``kubectl auth can-i --as`` and ``kubectl --as`` do)."""
     managed = short_namespace
-    objects = [o for o in retarget(render.load_deploy_objects(), managed) if o["kind"] in RBAC_KINDS]
+    objects = [
+        o for o in retarget(deploy_manifests.load_deploy_objects(), managed) if o["kind"] in RBAC_KINDS
+    ]
     assert {o["metadata"]["namespace"] for o in objects if o["kind"] == "RoleBinding"} == {managed}
     other = f"rbac-other-{secrets.token_hex(3)}"
     kube_client.create(Namespace(metadata=ObjectMeta(name=other)))

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tools.deploy import render
+from release import deploy_manifests
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,7 +60,7 @@ def helm() -> str:
 
 
 def deploy_objects() -> list[dict[str, Any]]:
-    return render.load_deploy_objects()
+    return deploy_manifests.load_deploy_objects()
 
 
 def grants(objects: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
@@ -74,9 +74,9 @@ def grants(objects: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
 
 
 def test_chart_passes_helm_lint_in_both_rbac_flavours() -> None:
-    for extra in (list(render.DEPLOY_VALUES), ["--set", "rbac.scope=cluster"]):
+    for extra in (list(deploy_manifests.DEPLOY_VALUES), ["--set", "rbac.scope=cluster"]):
         result = subprocess.run(
-            [helm(), "lint", "--strict", str(ROOT / "chart"), *render.EXAMPLE_IMAGE, *extra],
+            [helm(), "lint", "--strict", str(ROOT / "chart"), *deploy_manifests.EXAMPLE_IMAGE, *extra],
             capture_output=True,
             text=True,
             check=False,
@@ -85,11 +85,14 @@ def test_chart_passes_helm_lint_in_both_rbac_flavours() -> None:
 
 
 def test_chart_renders_exactly_the_objects_in_deploy() -> None:
-    rendered = {render.object_key(o): o for o in render.render_chart(helm(), *render.DEPLOY_VALUES)}
-    committed = {render.object_key(o): o for o in deploy_objects()}
+    rendered = {
+        deploy_manifests.object_key(o): o
+        for o in deploy_manifests.render_chart(helm(), *deploy_manifests.DEPLOY_VALUES)
+    }
+    committed = {deploy_manifests.object_key(o): o for o in deploy_objects()}
     assert rendered.keys() == committed.keys()
     for key, obj in rendered.items():
-        assert committed[key] == obj, f"{key} differs; run python tools/deploy/render.py"
+        assert committed[key] == obj, f"{key} differs; run python -m release.deploy_manifests"
 
 
 def test_rbac_grants_exactly_what_the_operator_needs_without_wildcards() -> None:
@@ -103,7 +106,7 @@ def test_rbac_grants_exactly_what_the_operator_needs_without_wildcards() -> None
 
 
 def test_namespaced_flavour_binds_workload_rights_per_namespace_only() -> None:
-    objects = render.render_chart(
+    objects = deploy_manifests.render_chart(
         helm(), "--set", "rbac.scope=namespaced", "--set", "watchNamespaces={vms,lab}"
     )
     bindings = [o for o in objects if o["kind"] in ("ClusterRoleBinding", "RoleBinding")]
@@ -151,7 +154,9 @@ def test_the_image_is_pinned_by_digest_unless_explicitly_unpinned() -> None:
     assert "image.digest is required" in template_error()
     assert "64 hex digits" in template_error("--set", "image.digest=sha256:abc")
     assert "64 hex digits" in template_error("--set", "image.digest=" + DIGEST.upper())
-    pinned = render.render_chart(helm(), *render.DEPLOY_VALUES, "--set", f"image.digest={DIGEST}")
+    pinned = deploy_manifests.render_chart(
+        helm(), *deploy_manifests.DEPLOY_VALUES, "--set", f"image.digest={DIGEST}"
+    )
     deployment = next(o for o in pinned if o["kind"] == "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     reference = f"ghcr.io/uds-vm-operator/uds-vm-operator:0.1.0@{DIGEST}"
@@ -197,7 +202,7 @@ def test_guest_servicemonitor_only_where_the_prometheus_operator_is_and_it_selec
     from uds_vm_operator.render import ClusterFacts, Owner, render_children  # noqa: PLC0415
 
     def monitors(*extra: str) -> list[dict[str, Any]]:
-        objects = render.render_chart(helm(), *render.DEPLOY_VALUES, *extra)
+        objects = deploy_manifests.render_chart(helm(), *deploy_manifests.DEPLOY_VALUES, *extra)
         return [o for o in objects if o["kind"] == "ServiceMonitor"]
 
     assert monitors() == []  # no Prometheus Operator CRDs: nothing a plain cluster would refuse

@@ -1,1 +1,1 @@
-"""The operator image's hash locks: `python -m tools.images.lock compile|check`."""
+"""The operator image and the test base images, built offline with buildah (shell scripts only)."""

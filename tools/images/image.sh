@@ -31,7 +31,7 @@ if [ ! -f "$archive" ]; then
   wheels="$images_cache/wheelhouse-$locks_key"
   if [ ! -f "$wheels/.complete" ]; then
     echo "downloading the locked wheels into $wheels" >&2
-    "$images_root/.venv/bin/python" "$here/lock.py" wheelhouse "$wheels"
+    "$images_root/.venv/bin/python" "$images_root/release/locks.py" wheelhouse "$wheels"
     touch "$wheels/.complete"
   fi
   ctx="$(mktemp -d)"

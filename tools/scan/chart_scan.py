@@ -1,7 +1,7 @@
 """Scan the rendered Helm chart with kubeconform and checkov, as a platform team would (issue 32).
 
 Each flavour of the chart is rendered with ``helm template`` (the default namespaced one exactly as
-tools/deploy/render.py renders deploy/, the peered one, the cluster-scope one), then:
+release/deploy_manifests.py renders deploy/, the peered one, the cluster-scope one), then:
 
 - kubeconform ``-strict`` validates every object, and the project's CRDs (deploy/crds) as
   CustomResourceDefinition objects, against schemas written from the real kube-apiserver
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tools.deploy import render
+from release import deploy_manifests
 from tools.scan import k8s_schemas
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,8 +43,8 @@ FAKE_DIGEST = "sha256:" + "0" * 64
 """Well-formed and matching no image: the scan is static, and the chart refuses an image without a digest."""
 PEERED = ("--set", "peering.name=uds-vm-operator", "--set", "replicas=2")
 FLAVOURS: dict[str, tuple[str, ...]] = {
-    "namespaced": render.DEPLOY_VALUES,
-    "namespaced-peered": (*render.DEPLOY_VALUES, *PEERED),
+    "namespaced": deploy_manifests.DEPLOY_VALUES,
+    "namespaced-peered": (*deploy_manifests.DEPLOY_VALUES, *PEERED),
     "cluster-peered": ("--set", "rbac.scope=cluster", *PEERED),
 }
 """Values of each rendered flavour: deploy/'s own, the same with two peered replicas (KopfPeering objects),
@@ -112,10 +112,10 @@ def helm_template(helm: str, *values: str) -> str:
         [
             helm,
             "template",
-            render.RELEASE,
-            str(render.CHART),
+            deploy_manifests.RELEASE,
+            str(deploy_manifests.CHART),
             "--namespace",
-            render.NAMESPACE,
+            deploy_manifests.NAMESPACE,
             "--set",
             f"image.digest={FAKE_DIGEST}",
             *values,
@@ -193,7 +193,7 @@ def run_checkov(
 
 def scan(out_dir: Path, helm: str | None = None) -> list[str]:
     """Render, run both scanners; returns the problems (empty: the chart passes)."""
-    helm = helm or render.helm_binary(None)
+    helm = helm or deploy_manifests.helm_binary(None)
     rendered = render_flavours(helm, out_dir)
     skips = read_skips()
     problems: list[str] = []

@@ -1,0 +1,1 @@
+"""What a release is made of beside the package: deploy/ from the chart, the image's hash locks."""

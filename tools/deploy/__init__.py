@@ -1,1 +1,0 @@
-"""deploy/ rendered from the Helm chart: `python -m tools.deploy.render [--check]`."""
