@@ -191,29 +191,7 @@ class Demo:
         """A sleeping busybox pod (image from the node's registry); returns its container's host PID once
         Ready. Probes and the SSH client run in its network namespace."""
         image = (self.state_dir / "busybox-image").read_text(encoding="utf-8").strip()
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "spec": {
-                "terminationGracePeriodSeconds": 1,
-                "automountServiceAccountToken": False,
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": image,
-                        "command": ["sleep", "3600"],
-                        "securityContext": {
-                            "allowPrivilegeEscalation": False,
-                            "runAsNonRoot": True,
-                            "runAsUser": 65532,
-                            "capabilities": {"drop": ["ALL"]},
-                            "seccompProfile": {"type": "RuntimeDefault"},
-                        },
-                    }
-                ],
-            },
-        }
+        pod = cfg.busybox_pod(namespace, name, labels, image=image, command=["sleep", "3600"])
         self.post(pod, f"/api/v1/namespaces/{namespace}/pods")
 
         def ready() -> dict[str, Any] | None:

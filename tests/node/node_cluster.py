@@ -24,15 +24,6 @@ from uds_vm_operator.controller.release import without_release
 
 T = TypeVar("T")
 
-RESTRICTED_CONTEXT: dict[str, Any] = {
-    "allowPrivilegeEscalation": False,
-    "readOnlyRootFilesystem": True,
-    "runAsNonRoot": True,
-    "runAsUser": 65532,
-    "capabilities": {"drop": ["ALL"]},
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
-
 
 def wait_until(
     what: str, probe: Callable[[], T | None], timeout_s: float = 90.0, interval_s: float = 0.5
@@ -125,24 +116,7 @@ class NodeHandle:
     def run_pod(
         self, namespace: str, name: str, labels: dict[str, str], command: list[str], ports: tuple[int, ...]
     ) -> dict[str, Any]:
-        pod = {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels},
-            "spec": {
-                "terminationGracePeriodSeconds": 1,
-                "automountServiceAccountToken": False,
-                "containers": [
-                    {
-                        "name": "main",
-                        "image": self.busybox,
-                        "command": command,
-                        "ports": [{"containerPort": port} for port in ports],
-                        "securityContext": RESTRICTED_CONTEXT,
-                    }
-                ],
-            },
-        }
+        pod = cfg.busybox_pod(namespace, name, labels, image=self.busybox, command=command, ports=ports)
         self.create(pod, f"/api/v1/namespaces/{namespace}/pods")
         return self.wait_running(namespace, name)
 

@@ -28,8 +28,9 @@ from typing import Any
 
 import yaml
 
-from tests.node.node_cluster import RESTRICTED_CONTEXT, NodeHandle, wait_until
+from tests.node.node_cluster import NodeHandle, wait_until
 from tools.node import probes
+from tools.node.node_configs import RESTRICTED_CONTEXT
 
 ROOT = Path(__file__).resolve().parents[2]
 PORT = 9090

@@ -52,3 +52,15 @@ def test_containerd_has_its_own_root_state_and_socket() -> None:
     assert 'sandbox_image = "127.0.0.1:5000/uds-node/pause:3.10"' in text
     hosts = cfg.registry_hosts_toml("127.0.0.1:5000")
     assert 'server = "http://127.0.0.1:5000"' in hosts and '"pull", "resolve"' in hosts
+
+
+def test_the_probe_pod_is_restricted_and_opens_only_its_ports() -> None:
+    pod = cfg.busybox_pod("ns", "admin", {"app": "admin"}, image="reg/busybox:1", command=["sleep", "9"])
+    (container,) = pod["spec"]["containers"]
+    assert container["ports"] == [] and container["command"] == ["sleep", "9"]
+    assert container["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    served = cfg.busybox_pod("ns", "web", {}, image="i", command=["httpd"], ports=(8080, 9090))
+    assert served["spec"]["containers"][0]["ports"] == [{"containerPort": 8080}, {"containerPort": 9090}]

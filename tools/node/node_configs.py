@@ -422,6 +422,48 @@ def local_storage_class() -> dict[str, Any]:
     }
 
 
+RESTRICTED_CONTEXT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "runAsUser": 65532,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+"""A container context the `restricted` Pod Security profile admits, with a read-only root."""
+
+
+def busybox_pod(
+    namespace: str,
+    name: str,
+    labels: dict[str, str],
+    *,
+    image: str,
+    command: list[str],
+    ports: tuple[int, ...] = (),
+) -> dict[str, Any]:
+    """One busybox container under RESTRICTED_CONTEXT: the probe clients and targets of the node tier and the
+    demo (probes and the SSH client run in its network namespace from the host)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "terminationGracePeriodSeconds": 1,
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image,
+                    "command": command,
+                    "ports": [{"containerPort": port} for port in ports],
+                    "securityContext": RESTRICTED_CONTEXT,
+                }
+            ],
+        },
+    }
+
+
 def dumps(document: dict[str, Any]) -> str:
     """JSON is valid YAML: the kubelet and kube-proxy read these files as YAML."""
     return json.dumps(document, indent=2) + "\n"
