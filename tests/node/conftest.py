@@ -20,6 +20,24 @@ from tools.node import node as node_launcher
 
 REUSE_ENV = "UDS_NODE_STATE_DIR"
 _NODE_DIR = Path(__file__).resolve().parent
+TIMELINE = _NODE_DIR.parents[1] / ".envtest" / "node-timeline.tsv"
+"""Per node test and phase: when it started, its seconds, the load average after it. The tier's wall time is
+the sum of these, so this says which waits were on the CPU and which were not. Rewritten by each run."""
+_timeline_started: list[bool] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if _NODE_DIR not in Path(report.fspath).resolve().parents:
+        return
+    if not _timeline_started:
+        _timeline_started.append(True)
+        TIMELINE.parent.mkdir(parents=True, exist_ok=True)
+        TIMELINE.write_text("test\tphase\tstarted_epoch_s\tseconds\tload1_after\n", encoding="utf-8")
+    load = os.getloadavg()[0]
+    with TIMELINE.open("a", encoding="utf-8") as timeline:
+        timeline.write(
+            f"{report.nodeid}\t{report.when}\t{report.start:.0f}\t{report.duration:.1f}\t{load:.1f}\n"
+        )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # Bounds the whole demo on the tier's node: a warm demo takes about 4 min on a quiet machine, but it installs
 # CDI, KubeVirt and the chart again and boots under TCG after 50 min of other tests (the last CI: > 600 s).
 DEMO_TIMEOUT_S = 1500
+KEPT_OUTPUT = ROOT / ".envtest" / "demo-output.txt"
+"""The last run's output with its time per stage, kept whether it passed or not."""
 STAGES = (
     "control plane + real node",
     "images: operator, KubeVirt, Debian guest",
@@ -69,6 +71,8 @@ def test_the_demo_runs_every_stage_on_real_components(node: NodeHandle) -> None:
         pytest.fail(f"the demo ran past {DEMO_TIMEOUT_S} s; its output ({log}):\n{log_tail(log, 120)}")
     output = log.read_text(encoding="utf-8", errors="replace")
     print(output)
+    KEPT_OUTPUT.parent.mkdir(parents=True, exist_ok=True)
+    KEPT_OUTPUT.write_text(output, encoding="utf-8")  # the node's state dir goes at the session's end
     assert returncode == 0, output[-8000:]
     assert not re.search(r"\bplayed\b", output, re.IGNORECASE), "a stage says it was played"
     assert "demo failed" not in output
