@@ -31,7 +31,7 @@ import yaml
 
 from bench.page_cache import timed_from_disk
 from tests.integration.operator_harness import OperatorProcess
-from tests.node.cdi_support import datavolume, offer_volume, vm_status
+from tests.node.cdi_support import dv_phase, offer_volume, vm_status
 from tests.node.node_cluster import load_handle, push_operator_image, wait_until
 from tools.node import node as node_launcher
 
@@ -46,10 +46,6 @@ DV = f"{VM}-dv"
 def _vmctl(*args: str) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "uds_vm_operator.cli.main", *args]
     return subprocess.run(argv, capture_output=True, text=True, check=True)
-
-
-def _phase(handle: Any, namespace: str) -> str:
-    return str(((datavolume(handle, namespace, DV) or {}).get("status") or {}).get("phase") or "")
 
 
 def _measure(handle: Any, namespace: str, work: Path) -> dict[str, Any]:
@@ -73,7 +69,7 @@ def _measure(handle: Any, namespace: str, work: Path) -> dict[str, Any]:
         claim = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{DV}-scratch"
         if not scratch and handle.api.get(claim):
             scratch.append(offer_volume(handle, namespace, f"{DV}-scratch"))
-        return _phase(handle, namespace) == "UploadReady"
+        return dv_phase(handle, namespace, DV) == "UploadReady"
 
     wait_until("UploadReady", upload_ready, 600, 1.0)
     service = handle.api.get("/api/v1/namespaces/cdi/services/cdi-uploadproxy")
@@ -86,7 +82,7 @@ def _measure(handle: Any, namespace: str, work: Path) -> dict[str, Any]:
         "--uploadproxy-url", f"https://{service['spec']['clusterIP']}:443", "--ca-file", str(ca),
         "--tls-server-name", "cdi-uploadproxy.cdi.svc",
     )  # fmt: skip
-    wait_until("Succeeded", lambda: _phase(handle, namespace) == "Succeeded", 1800, 0.5)
+    wait_until("Succeeded", lambda: dv_phase(handle, namespace, DV) == "Succeeded", 1800, 0.5)
     imported = time.monotonic()
     status = wait_until(
         "checksumVerified",

@@ -42,7 +42,7 @@ import yaml
 from bench.cdi_import_verify import ROOT, SIZE, prepare_node, release_node
 from bench.page_cache import evict_one
 from tests.integration.operator_harness import OperatorProcess
-from tests.node.cdi_support import datavolume, offer_volume
+from tests.node.cdi_support import datavolume, dv_phase, offer_volume
 from tests.node.node_cluster import NodeHandle, wait_until
 
 CLIENTS = ("ours", "virtctl", "http")
@@ -50,10 +50,6 @@ ROUNDS = (CLIENTS, tuple(reversed(CLIENTS)))
 PROXY_NAME = "cdi-uploadproxy.cdi.svc"
 CDI_API = "/apis/cdi.kubevirt.io/v1beta1"
 UPLOAD_API = "/apis/upload.cdi.kubevirt.io/v1beta1"
-
-
-def _phase(handle: NodeHandle, namespace: str, dv: str) -> str:
-    return str(((datavolume(handle, namespace, dv) or {}).get("status") or {}).get("phase") or "")
 
 
 def _random_image(path: Path) -> None:
@@ -101,7 +97,7 @@ def _upload_ready(handle: NodeHandle, namespace: str, dv: str, volumes: list[Any
         claim = f"/api/v1/namespaces/{namespace}/persistentvolumeclaims/{dv}-scratch"
         if not scratch and handle.api.get(claim):
             scratch.append(offer_volume(handle, namespace, f"{dv}-scratch"))
-        return _phase(handle, namespace, dv) == "UploadReady"
+        return dv_phase(handle, namespace, dv) == "UploadReady"
 
     wait_until(f"{dv} UploadReady", ready, 600, 0.5)
     volumes.extend(scratch)
@@ -160,7 +156,9 @@ def _time_client(client: str, proxy: Proxy, image: Path, slot: str) -> tuple[flo
     done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=1800)
     if done.returncode != 0:
         raise RuntimeError(f"{client} failed ({done.returncode}): {done.stderr[-2000:]}")
-    wait_until(f"{dv} Succeeded", lambda: _phase(proxy.handle, proxy.namespace, dv) == "Succeeded", 1800, 0.2)
+    wait_until(
+        f"{dv} Succeeded", lambda: dv_phase(proxy.handle, proxy.namespace, dv) == "Succeeded", 1800, 0.2
+    )
     seconds = time.monotonic() - started
     return seconds, json.loads(done.stdout) if client == "ours" else {}
 

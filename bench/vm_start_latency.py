@@ -50,8 +50,8 @@ from tests.integration.operator_harness import OperatorProcess
 from tests.node.cdi_support import (
     apply_golden_image_rbac,
     bridge_image_server,
-    datavolume,
     dv_condition,
+    dv_phase,
     make_image,
     offer_volume,
 )
@@ -100,7 +100,7 @@ def _golden(handle: NodeHandle, image_ns: str, work: Path, provisioner: Provisio
         }
         handle.create(manifest, f"{CDI_API}/namespaces/{image_ns}/datavolumes")
         wait_until(
-            "the golden import Succeeded", lambda: _dv_phase(handle, image_ns, GOLDEN) == "Succeeded", 600
+            "the golden import Succeeded", lambda: dv_phase(handle, image_ns, GOLDEN) == "Succeeded", 600
         )
     provisioner.namespaces.discard(image_ns)
     handle.create(data_source(GOLDEN, image_ns, GOLDEN), f"{CDI_API}/namespaces/{image_ns}/datasources")
@@ -111,10 +111,6 @@ def _golden(handle: NodeHandle, image_ns: str, work: Path, provisioner: Provisio
 
     wait_until("the golden DataSource Ready", ready, 120)
     return "sha256:" + image.raw_sha256
-
-
-def _dv_phase(handle: NodeHandle, namespace: str, name: str) -> str:
-    return str(((datavolume(handle, namespace, name) or {}).get("status") or {}).get("phase") or "")
 
 
 # ------------------------------------------------------------------------------------------------ the VMs

@@ -108,6 +108,11 @@ def datavolume(node: NodeHandle, namespace: str, name: str) -> dict[str, Any] | 
     return node.api.get(f"{CDI_API}/namespaces/{namespace}/datavolumes/{name}")
 
 
+def dv_phase(node: NodeHandle, namespace: str, name: str) -> str:
+    """The DataVolume's status.phase, "" while it has none or does not exist (for waits that poll it)."""
+    return str(((datavolume(node, namespace, name) or {}).get("status") or {}).get("phase") or "")
+
+
 def dv_condition(dv: dict[str, Any], kind: str) -> dict[str, Any]:
     for condition in (dv.get("status") or {}).get("conditions") or []:
         if condition.get("type") == kind:
