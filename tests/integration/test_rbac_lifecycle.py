@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from release import deploy_manifests
 from tests.integration.operator_fixtures import (
     api,
     await_event_reasons,
@@ -39,7 +40,7 @@ from tests.integration.operator_fixtures import (
 from tests.integration.operator_harness import Api, OperatorProcess
 from tests.integration.si7_play import OPERATOR_IMAGE, VIRTUAL_SIZE, play_kubelet, run_strategy, verifier_pod
 from tests.integration.test_deploy_helm import helm_path
-from tests.integration.test_rbac_operator import SA, install, remove, render, retarget
+from tests.integration.test_rbac_operator import SA, install, remove, retarget
 from tests.kube_helpers import wait_for
 from uds_vm_operator.cli.prep import build_report
 from uds_vm_operator.cli.prep_manifests import ManifestTarget, image_record, image_record_configmap
@@ -95,17 +96,14 @@ def chart_rbac_operator(
     ``rbac.scope=cluster`` (one ClusterRoleBinding).
     """
     if request.param == "deploy-namespaced":
-        objects = render.load_deploy_objects()
+        objects = deploy_manifests.load_deploy_objects()
     else:
-        objects = render.render_chart(helm_path(), "--set", "rbac.scope=cluster")
+        objects = deploy_manifests.render_chart(helm_path(), "--set", "rbac.scope=cluster")
     kinds = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "RoleBinding")
     objects = [o for o in retarget(objects, rbac_namespace) if o["kind"] in kinds]
-    deployment_env = {
-        item["name"]: item.get("value")
-        for item in next(o for o in render.load_deploy_objects() if o["kind"] == "Deployment")["spec"][
-            "template"
-        ]["spec"]["containers"][0]["env"]
-    }
+    deployment = next(o for o in deploy_manifests.load_deploy_objects() if o["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    deployment_env = {item["name"]: item.get("value") for item in container["env"]}
     assert "UDS_VM_OPERATOR_IMAGE" in deployment_env, "the Deployment must tell the operator its own image"
     install(kube_client, objects)
     user = f"system:serviceaccount:{rbac_namespace}:{SA}"

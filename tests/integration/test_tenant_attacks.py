@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from release import deploy_manifests
 from tests.integration.operator_fixtures import (
     SSH_KEY,
     api,
@@ -33,7 +34,6 @@ from tests.integration.operator_fixtures import (
 )
 from tests.integration.operator_harness import Api, OperatorProcess
 from tests.integration.test_deploy_helm import helm_path
-from tests.integration.test_rbac_operator import render
 from tests.kube_helpers import wait_for
 from uds_vm_operator.cli.goldenimage import golden_image_manifests
 
@@ -112,7 +112,7 @@ def world(api: Api) -> Iterator[dict[str, str]]:
     )
     objects = [
         o
-        for o in render.render_chart(helm_path(), "--set", f"watchNamespaces={{{tenant_ns}}}")
+        for o in deploy_manifests.render_chart(helm_path(), "--set", f"watchNamespaces={{{tenant_ns}}}")
         if o["kind"] in POLICY_KINDS
     ]
     assert len(objects) == 4, "two policies (references, the operator's own writes) and their bindings"
@@ -489,7 +489,7 @@ def test_the_operators_identity_may_only_remove_a_finalizer_from_a_vm(
     own-writes policy keeps that right from rewriting anything of the user's. Its RBAC is granted here so the
     refusal below is admission's, not authorisation's."""
     tenant = world["tenant"]
-    operator = f"system:serviceaccount:{render.NAMESPACE}:uds-vm-operator"
+    operator = f"system:serviceaccount:{deploy_manifests.NAMESPACE}:uds-vm-operator"
     as_operator = {"Impersonate-User": operator}
     rules = [{"apiGroups": ["uds.dev"], "resources": ["udsvirtualmachines"], "verbs": ["get", "patch"]}]
     grant(api, tenant, "operator-patch", rules, operator)
