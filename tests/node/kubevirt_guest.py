@@ -29,7 +29,6 @@ from tools.node.guest_ssh import (
 )
 
 __all__ = [
-    "BOOTED_RESOURCES",
     "BOOT_TIMEOUT_S",
     "GUEST_USER",
     "GuestKeys",
@@ -89,15 +88,11 @@ def boot_id(pid: int, host: str, key: Path) -> str:
     return result.stdout.strip()
 
 
-BOOTED_RESOURCES: dict[str, Any] = {"cpu": 1, "memory": "1Gi"}
-"""What a booted test guest declares: one vCPU, the operator's Linux default. Two vCPUs reach the login sooner
-on a quiet machine (28.5 s against 40 s, `UDS_GUEST_SMP=1|2 python -m bench.run guest_boot`), but under TCG on
-the loaded 2-core CI machine a pool's surge guest with two vCPUs stalled in its kernel at 22 s (RCU: "timer
-wakeup didn't happen ... on cpu=1") and never booted; the pool roll then halted (ADR 0017)."""
-
-
 def booted_cloud_init(keys: GuestKeys, **extra: Any) -> dict[str, Any]:
-    """The UDSVirtualMachine's cloudInit for a booted guest: the declared sudo user `ops` with its key."""
+    """The UDSVirtualMachine's cloudInit for a booted guest: the declared sudo user `ops` with its key.
+
+    Booted test guests keep the operator's default of one vCPU: with two, under TCG on the loaded CI machine,
+    a pool's surge guest stalled in its kernel (RCU timer stall on cpu 1) and never booted (ADR 0017)."""
     return {
         "flavor": "debian",
         "users": [{"name": GUEST_USER, "sshAuthorizedKeys": [keys.ops_public], "sudo": True}],

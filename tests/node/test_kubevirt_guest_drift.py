@@ -29,7 +29,6 @@ import pytest
 
 from tests.integration.operator_harness import OperatorProcess
 from tests.node.kubevirt_guest import (  # noqa: F401 (guest_image_fixture, keys_fixture: shared fixtures)
-    BOOTED_RESOURCES,
     GUEST_USER,
     GuestKeys,
     booted_cloud_init,
@@ -208,7 +207,6 @@ def test_a_hand_edit_inside_the_guest_is_reported_as_drift_and_its_undo_clears_i
             "disk": GUEST_DISK,
             "network": NETWORK,
             "cloudInit": booted_cloud_init(keys),
-            "resources": BOOTED_RESOURCES,
             "monitoring": {"enabled": True, "checkIntervalSeconds": CHECK_INTERVAL_S},
         }
         node.api.create(body, f"{UDS_VM_API}/namespaces/{ns}/udsvirtualmachines")

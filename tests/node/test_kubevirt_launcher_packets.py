@@ -28,7 +28,6 @@ from tests.background_loop import BackgroundLoop
 from tests.integration.operator_harness import Api, OperatorProcess
 from tests.integration.pool_play import ReadyWatcher, members_path, pool_path
 from tests.node.kubevirt_guest import (  # noqa: F401 (guest_image_fixture, keys_fixture: shared fixtures)
-    BOOTED_RESOURCES,
     GUEST_USER,
     GuestKeys,
     booted_cloud_init,
@@ -72,13 +71,7 @@ KUBE_DNS_NAME = "kube-dns.kube-system.svc.cluster.local"
 
 def booted_spec(keys: GuestKeys) -> dict[str, Any]:
     """A UDSVirtualMachine spec whose guest boots: the guest image's size, the declared user, NETWORK."""
-    return {
-        **udsvm_spec(),
-        "disk": GUEST_DISK,
-        "network": NETWORK,
-        "cloudInit": booted_cloud_init(keys),
-        "resources": BOOTED_RESOURCES,
-    }
+    return {**udsvm_spec(), "disk": GUEST_DISK, "network": NETWORK, "cloudInit": booted_cloud_init(keys)}
 
 
 @pytest.fixture

@@ -21,7 +21,6 @@ import pytest
 
 from tests.integration.operator_harness import OperatorProcess
 from tests.node.kubevirt_guest import (  # noqa: F401 (shared fixtures)
-    BOOTED_RESOURCES,
     GuestKeys,
     boot_id,
     booted_cloud_init,
@@ -246,12 +245,7 @@ def test_power_restart_stop_start_through_the_real_kubevirt(
     virt-handler: each start is a new boot of the guest, seen from inside it (a new kernel boot id)."""
     node = kubevirt
     admin = node.container_pid(node.client_pod(ns, "admin", {"app": "admin"}))
-    spec = {
-        "disk": GUEST_DISK,
-        "network": SSH_FROM_ADMIN,
-        "cloudInit": booted_cloud_init(keys),
-        "resources": BOOTED_RESOURCES,
-    }
+    spec = {"disk": GUEST_DISK, "network": SSH_FROM_ADMIN, "cloudInit": booted_cloud_init(keys)}
     node.api.create(udsvm(ns, **spec), f"{UDS_VM_API}/namespaces/{ns}/udsvirtualmachines")
     play_cdi_import(node, ns, "web-dv", guest_image)
     first, first_boot = guest_boot(node, ns, admin, keys, set())

@@ -44,7 +44,6 @@ from tests.node.cdi_support import (
     vm_status,
 )
 from tests.node.kubevirt_guest import (
-    BOOTED_RESOURCES,
     GUEST_USER,
     GuestKeys,
     booted_cloud_init,
@@ -110,7 +109,6 @@ def first_import(
     body["spec"].update(
         {
             "cloudInit": booted_cloud_init(keys),
-            "resources": BOOTED_RESOURCES,
             "network": SSH_FROM_ADMIN,
             "backup": {
                 "target": {"url": f"{s3.endpoint}/{BUCKET}/site-a", "secretRef": "backup-s3"},

@@ -34,7 +34,6 @@ from tests.node.cdi_support import (
     running_operator,
 )
 from tests.node.kubevirt_guest import (
-    BOOTED_RESOURCES,
     GUEST_USER,
     GuestKeys,
     booted_cloud_init,
@@ -77,11 +76,7 @@ def operator_fixture(
 
 def guest_spec(keys: GuestKeys) -> dict[str, Any]:
     """What both VMs add to their disk: the declared user, hostile user data, SSH only from the admin."""
-    return {
-        "cloudInit": booted_cloud_init(keys, userData=HOSTILE_USER_DATA),
-        "network": SSH_FROM_ADMIN,
-        "resources": BOOTED_RESOURCES,
-    }
+    return {"cloudInit": booted_cloud_init(keys, userData=HOSTILE_USER_DATA), "network": SSH_FROM_ADMIN}
 
 
 def condition_true(obj: dict[str, Any] | None, kind: str) -> bool:
