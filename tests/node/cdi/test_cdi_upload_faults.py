@@ -55,7 +55,7 @@ from tests.node.cdi_support import (
     RESTRICTED,
     DiskImage,
     await_verified,
-    datavolume,
+    dv_phase,
     landed_bytes,
     offer_volume,
     running_operator,
@@ -244,15 +244,10 @@ def claims_offered(node: NodeHandle, namespace: str) -> tuple[Any, Any]:
     def ready() -> bool:
         if not scratch and node.api.get(claim):
             scratch.append(offer_volume(node, namespace, f"{DV}-scratch"))
-        return bool(scratch) and dv_phase(node, namespace) == "UploadReady"
+        return bool(scratch) and dv_phase(node, namespace, DV) == "UploadReady"
 
     wait_or_diagnose(node, namespace, f"{DV} UploadReady with its scratch claim bound", ready, 240)
     return target, scratch[0]
-
-
-def dv_phase(node: NodeHandle, namespace: str) -> str | None:
-    phase = ((datavolume(node, namespace, DV) or {}).get("status") or {}).get("phase")
-    return str(phase) if phase else None
 
 
 def upload_server_pod(node: NodeHandle, namespace: str) -> dict[str, Any]:
@@ -374,7 +369,7 @@ def test_killing_the_upload_proxy_mid_upload_claims_nothing_and_a_retry_ends_ver
             lambda: scratch_bytes(scratch) >= HOLD_AFTER_BYTES // 2,
             120,
         )
-        assert dv_phase(cdi, cdi_ns) == "UploadReady", "CDI has no in-progress phase for an upload"
+        assert dv_phase(cdi, cdi_ns, DV) == "UploadReady", "CDI has no in-progress phase for an upload"
         not_verified(vm_status(cdi, cdi_ns, VM), "mid-upload")
 
         assert not relay.upstream_closed.is_set(), "the proxy still holds the connection, mid-upload"
@@ -393,7 +388,7 @@ def test_killing_the_upload_proxy_mid_upload_claims_nothing_and_a_retry_ends_ver
     after = upload_server_pod(cdi, cdi_ns)
     assert after["metadata"]["uid"] == server["metadata"]["uid"], "CDI kept the same upload server pod"
     assert restarts(after) == 0 and after["status"].get("phase") == "Running", after["status"]
-    assert dv_phase(cdi, cdi_ns) == "UploadReady", "CDI accepts the image again, not Succeeded"
+    assert dv_phase(cdi, cdi_ns, DV) == "UploadReady", "CDI accepts the image again, not Succeeded"
     assert not (Path(target.mount_point) / "disk.img").exists(), "the cut qcow2 never reached the target"
     not_verified(vm_status(cdi, cdi_ns, VM), "after the cut")
 
