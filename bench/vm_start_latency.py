@@ -23,8 +23,10 @@ started), which is what KubeVirt's own creation-to-Running latency measures.
 
 The result: each batch's P50/P95/max, the ratio ours/plain at P50 and P95 (goal at P95 ≤ 1.10), and the
 DataVolume-Succeeded times. Overrides: BENCH_LATENCY_N (default 50), BENCH_LATENCY_ORDER (default
-"plain,ours"). Needs root and the real node (reused when healthy, else started and stopped at the end); CDI
-and KubeVirt are installed on it (idempotent). About 12 min at N = 50 on 2 cores (measured).
+"plain,ours"), BENCH_LATENCY_VERIFIER_CPU (our verifier pod's CPU request, through the chart value
+verifier.resources; default 10m, a tenth of its default like CDI's pods here; 100m measures the default).
+Needs root and the real node (reused when healthy, else started and stopped at the end); CDI and KubeVirt
+are installed on it (idempotent). About 12 min at N = 50 on 2 cores (measured).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from tests.node.cdi_support import (
 )
 from tests.node.node_cluster import NodeHandle, load_handle, wait_until
 from uds_vm_operator.apiversions import CDI_API_VERSION
+from uds_vm_operator.controller.verification_io import VERIFIER_RESOURCES_ENV
 from uds_vm_operator.render.datavolume import BIND_IMMEDIATE_ANNOTATION, exact_pvc
 from uds_vm_operator.render.goldenimage import data_source
 from uds_vm_operator.render.verifier import verifier_labels, verifier_pod_name
@@ -64,6 +67,7 @@ from uds_vm_operator.sizing import pvc_size
 
 N = int(os.environ.get("BENCH_LATENCY_N", "50"))
 ORDER = tuple(os.environ.get("BENCH_LATENCY_ORDER", "plain,ours").split(","))
+VERIFIER_CPU = os.environ.get("BENCH_LATENCY_VERIFIER_CPU", "10m")
 VIRTUAL_SIZE = 16 << 20
 GOLDEN = "golden"
 CLASS = "udsvm-local"
@@ -314,7 +318,11 @@ def _batch(site: Site, kind: str) -> dict[str, Any]:
         apply_golden_image_rbac(handle, image_ns, namespace)
         provisioner.namespaces.add(namespace)
         if kind == "ours":
-            environment = {**os.environ, "UDS_VM_OPERATOR_IMAGE": image}
+            environment = {
+                **os.environ,
+                "UDS_VM_OPERATOR_IMAGE": image,
+                VERIFIER_RESOURCES_ENV: json.dumps({"requests": {"cpu": VERIFIER_CPU}}),
+            }
             operator = OperatorProcess(
                 handle.kubeconfig, namespace, work / f"logs-{kind}", environment=environment
             )
@@ -393,7 +401,8 @@ def dense_requests(handle: NodeHandle) -> Iterator[None]:
     clone pods ask for a tenth of their default CPU, through KubeVirt's `cpuAllocationRatio` and CDI's
     `podResourceRequirements`. Measured without it: at N = 50 the scheduler stopped at 8 VMIs Running
     ("Insufficient cpu"), so the batch measured the node's size, not the stacks. Both batches run under the
-    same setting; our verifier pod keeps its own request (100m), which is ours to pay. Restored afterwards."""
+    same setting. Our verifier pod's request is set apart, where a site sets it (chart value
+    verifier.resources, :data:`VERIFIER_CPU`); until 2026-12-04 it stayed at its 100m. Restored afterwards."""
     kubevirt = handle.api.get(KUBEVIRT_CR) or {}
     developer = dict(
         ((kubevirt.get("spec") or {}).get("configuration") or {}).get("developerConfiguration") or {}
@@ -447,6 +456,7 @@ def run() -> dict[str, Any]:
     summary = {
         "n": N,
         "order": list(ORDER),
+        "verifier_cpu_request": VERIFIER_CPU,
         "plain": plain,
         "ours": ours,
         "ratio_p50": round(ours["p50_s"] / plain["p50_s"], 3),

@@ -213,3 +213,43 @@ def test_mismatch_fails_and_the_vm_never_runs(
     wait_for(lambda: run_strategy(api, ns) == "Always", 60, 0.2, what="VM released after re-verification")
     status = status_of(api, ns, "web")
     assert status["checksumVerified"] is True and status["verifiedDigest"] == actual
+
+
+def test_a_sites_verifier_resources_reach_the_admitted_pod_and_a_bad_value_stops_the_operator(
+    api: Api, restricted_namespace: str, tmp_path: Path, control_plane: Any
+) -> None:
+    """The chart value verifier.resources (env UDS_VM_VERIFIER_RESOURCES): laid over the defaults, the pod
+    is admitted by the real API server in a restricted namespace; a value Kubernetes would refuse stops
+    the operator at start with one line naming the chart value, before it creates anything."""
+    ns = restricted_namespace
+    base = {**os.environ, "UDS_VM_OPERATOR_IMAGE": OPERATOR_IMAGE}
+    refused = OperatorProcess(
+        Path(control_plane.kubeconfig),
+        ns,
+        tmp_path / "logs",
+        environment={**base, "UDS_VM_VERIFIER_RESOURCES": json.dumps({"requests": {"cpu": "lots"}})},
+    )
+    with pytest.raises(AssertionError, match="operator exited with 1") as stopped:
+        refused.start()
+    refused.stop()
+    assert "chart value verifier.resources (operator env UDS_VM_VERIFIER_RESOURCES)" in str(stopped.value)
+    assert "'lots' is not a CPU quantity" in str(stopped.value)
+
+    site = {"requests": {"cpu": "10m"}, "limits": {"memory": "192Mi"}}
+    operator = OperatorProcess(
+        Path(control_plane.kubeconfig),
+        ns,
+        tmp_path / "logs",
+        environment={**base, "UDS_VM_VERIFIER_RESOURCES": json.dumps(site)},
+    )
+    operator.start()
+    try:
+        image = os.urandom(VIRTUAL_SIZE)
+        apply_vm(api, ns, {"upload": {"checksum": "sha256:" + hashlib.sha256(image).hexdigest()}})
+        pod = verifier_pod(api, ns)  # admitted under enforce=restricted, applied with Strict validation
+    finally:
+        operator.stop()
+    assert pod["spec"]["containers"][0]["resources"] == {
+        "requests": {"cpu": "10m", "memory": "64Mi", "ephemeral-storage": "1Mi"},
+        "limits": {"cpu": "1", "memory": "192Mi", "ephemeral-storage": "16Mi"},
+    }

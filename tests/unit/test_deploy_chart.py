@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from release import deploy_manifests
+from uds_vm_operator.controller.verification_io import VERIFIER_RESOURCES_ENV, verifier_resources_from_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -181,6 +182,23 @@ def test_deployment_meets_the_restricted_pod_security_profile() -> None:
     assert {"requests", "limits"} <= container["resources"].keys()
     env = {item["name"]: item.get("value") for item in container["env"]}
     assert env["UDS_VM_OPERATOR_IMAGE"] == container["image"], "verifier pods run the operator's own image"
+
+
+def test_the_verifier_resources_value_reaches_the_operator_as_the_json_it_reads() -> None:
+    def operator_env(*extra: str) -> dict[str, str | None]:
+        objects = deploy_manifests.render_chart(helm(), *deploy_manifests.DEPLOY_VALUES, *extra)
+        (container,) = next(o for o in objects if o["kind"] == "Deployment")["spec"]["template"]["spec"][
+            "containers"
+        ]
+        return {item["name"]: item.get("value") for item in container["env"]}
+
+    assert VERIFIER_RESOURCES_ENV not in operator_env(), "unset: the operator's defaults, no variable"
+    env = operator_env(
+        "--set", "verifier.resources.requests.cpu=10m", "--set", "verifier.resources.limits.memory=512Mi"
+    )
+    resources = verifier_resources_from_env({VERIFIER_RESOURCES_ENV: str(env[VERIFIER_RESOURCES_ENV])})
+    assert resources["requests"]["cpu"] == "10m" and resources["limits"]["memory"] == "512Mi"
+    assert resources["requests"]["memory"] == "64Mi", "what the site did not name keeps its default"
 
 
 def test_dashboard_configmap_carries_the_dashboard_for_sidecar_import() -> None:

@@ -58,3 +58,26 @@ def parse_bytes(value: int | str, *, field: str) -> int:
     if total <= 0:
         raise SpecError(f"{field}: size must be positive, got {value!r}; write e.g. 10Gi")
     return int(total)
+
+
+CPU_PATTERN = r"^[0-9]+(\.[0-9]+)?m?$"
+"""CPU quantities we accept: whole or decimal cores (``1``, ``0.5``) or millicores (``100m``)."""
+_CPU_RE = re.compile(CPU_PATTERN)
+
+
+def parse_millicores(value: int | str, *, field: str) -> int:
+    """Return ``value`` in millicores (fractions of a millicore rounded up, as the API server does).
+
+    Settings the operator hands to Kubernetes unchanged (a pod's CPU request) are checked here first, so a
+    typo is refused by the operator with the setting's name rather than by the API server on every pod.
+    """
+    if isinstance(value, bool):
+        raise SpecError(f"{field}: expected a CPU quantity such as 100m or 1, got {value!r}")
+    text = str(value).strip()
+    if _CPU_RE.match(text) is None:
+        raise SpecError(f"{field}: {value!r} is not a CPU quantity; write e.g. 100m, 0.5 or 2")
+    milli = Decimal(text[:-1]) if text.endswith("m") else Decimal(text) * 1000
+    total = milli.to_integral_value(ROUND_CEILING)
+    if total <= 0:
+        raise SpecError(f"{field}: a CPU quantity must be positive, got {value!r}; write e.g. 100m")
+    return int(total)

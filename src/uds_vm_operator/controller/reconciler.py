@@ -56,6 +56,7 @@ from uds_vm_operator.controller.verification_io import (
     execute_verification,
     observe_verification,
     verifier_image_from_env,
+    verifier_resources_from_env,
 )
 from uds_vm_operator.metrics import OperatorMetrics
 from uds_vm_operator.render import (
@@ -200,6 +201,8 @@ class Reconciler(Controller):
         """VMs seen in the initial listing: a child missing from the store is confirmed by a GET."""
         self.verifier_image = verifier_image_from_env()
         """The operator's own image, run by SI-7 verifier pods (None: the verifier cannot run)."""
+        self.verifier_resources = verifier_resources_from_env()
+        """The verifier pods' requests and limits; a bad chart value stops the operator here, at start."""
         self.platform = Platform(api, vm_known=lambda ns, vm: store.contains(kube.UDS_VM, ns, vm))
         """KVM guard, CDI source allowlist, live-migration note, UDS Package rules (controller.platform)."""
         self.pruner = ChildPruner(api)
@@ -315,6 +318,7 @@ class Reconciler(Controller):
             facts=ctx.facts,
             datavolume=ctx.datavolume,
             verifier_image=self.verifier_image,
+            verifier_resources=self.verifier_resources,
         )
         ctx.golden = await observe_golden_image(self.api, self._observed, owner, ctx.body, spec)
         ctx.windows_admin_password = await self._windows_admin_password(spec, owner.namespace, owner.name)

@@ -36,6 +36,7 @@ from uds_vm_operator.render.verifier import (
     render_verifier,
     verifier_pod_name,
 )
+from uds_vm_operator.render.verifier_resources import Resources
 from uds_vm_operator.runtime.conditions import Condition
 from uds_vm_operator.termination import terminated_state
 from uds_vm_operator.verify.digest import Digest, digest_or_none
@@ -180,6 +181,8 @@ class VerificationInput:
     """The referenced ConfigMap does not exist (yet): wait for it rather than fail."""
     verifier_image: str | None = None
     """The operator's own image; without it the verifier cannot run."""
+    verifier_resources: Resources | None = None
+    """The verifier pod's requests and limits (chart value ``verifier.resources``); None: the defaults."""
     restored_from: str | None = None
     """The backup a restored VM's disk came from (annotation ``uds.dev/restored-from``): its record is the
     declared digest, and a mismatch means the stored backup was altered."""
@@ -395,6 +398,7 @@ def _verify_in_cluster(
         expected_digest=str(expected),
         disk_uid=dv_uid,
         image=obs.verifier_image or "",
+        resources=obs.verifier_resources,
     )
     return _verifier_pod_step(obs, dv_name, request, declared=declared, expected=expected, origin=origin)
 

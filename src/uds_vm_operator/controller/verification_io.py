@@ -12,12 +12,14 @@ read only while the disk is unverified).
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 from collections.abc import Mapping
 from typing import Any
 
 from uds_vm_operator.api.backup import RESTORED_FROM_ANNOTATION
+from uds_vm_operator.api.errors import SpecError
 from uds_vm_operator.api.models import UDSVirtualMachineSpec
 from uds_vm_operator.controller.verification import (
     VERIFIER_FIELD_MANAGER,
@@ -33,6 +35,12 @@ from uds_vm_operator.controller.verification import (
 )
 from uds_vm_operator.render.common import ClusterFacts, Owner
 from uds_vm_operator.render.verifier import verifier_pod_name
+from uds_vm_operator.render.verifier_resources import (
+    SETTING,
+    Resources,
+    default_resources,
+    verifier_resources,
+)
 from uds_vm_operator.runtime import kube
 
 log = logging.getLogger(__name__)
@@ -43,10 +51,31 @@ VERIFIER_IMAGE_ENV = "UDS_VM_OPERATOR_IMAGE"
 """The operator's own image, which the verifier pod runs (set by the Deployment / Helm chart)."""
 
 
+VERIFIER_RESOURCES_ENV = "UDS_VM_VERIFIER_RESOURCES"
+"""The verifier pod's requests and limits as JSON (chart value ``verifier.resources``); unset: defaults."""
+
+
 def verifier_image_from_env() -> str | None:
     """The image for verifier pods, or None when the operator was not told its own image."""
     value = os.environ.get(VERIFIER_IMAGE_ENV, "").strip()
     return value or None
+
+
+def verifier_resources_from_env(environ: Mapping[str, str] | None = None) -> Resources:
+    """The verifier pod's requests and limits: the defaults with the site's overrides laid over them.
+
+    Read once at start-up; a value Kubernetes would refuse raises :class:`SpecError` naming the chart value,
+    so the operator stops with that one line instead of failing every verification later."""
+    raw = (environ if environ is not None else os.environ).get(VERIFIER_RESOURCES_ENV, "").strip()
+    if not raw:
+        return default_resources()
+    try:
+        overrides = json.loads(raw)
+    except ValueError as exc:
+        raise SpecError(f"{SETTING}: not JSON ({exc}); the chart writes it with toJson") from exc
+    if not isinstance(overrides, dict):
+        raise SpecError(f"{SETTING}: expected an object with requests and/or limits, got {raw[:80]!r}")
+    return verifier_resources(overrides)
 
 
 async def observe_verification(
@@ -58,6 +87,7 @@ async def observe_verification(
     facts: ClusterFacts,
     datavolume: Mapping[str, Any] | None,
     verifier_image: str | None,
+    verifier_resources: Resources | None = None,
 ) -> VerificationOutcome:
     """Gather the inputs (image record, verifier pod) and decide; reads only what the decision needs."""
     record_name = image_record_name(owner_body)
@@ -71,6 +101,7 @@ async def observe_verification(
         datavolume=datavolume,
         image_record_name=record_name,
         verifier_image=verifier_image,
+        verifier_resources=verifier_resources,
         restored_from=((owner_body.get("metadata") or {}).get("annotations") or {}).get(
             RESTORED_FROM_ANNOTATION
         ),

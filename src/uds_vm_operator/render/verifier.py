@@ -8,9 +8,10 @@ verdict through its termination message.
 The pod is as locked down as Kubernetes allows, because it handles untrusted data next to evidence:
 restricted Pod Security (non-root 65532, read-only root filesystem, no capabilities, RuntimeDefault
 seccomp, no privilege escalation), no service-account token, no network (the NetworkPolicy denies all
-ingress and egress; it is applied before the pod), CPU/memory limits and a deadline that scales with the
-disk size. The annotations record what the verdict is about (disk UID, expected digest, virtual size), so a
-stale verdict is never applied to a different disk or a changed declaration.
+ingress and egress; it is applied before the pod), CPU/memory limits (a site may set others:
+:mod:`render.verifier_resources`) and a deadline that scales with the disk size. The annotations record
+what the verdict is about (disk UID, expected digest, virtual size), so a stale verdict is never applied to a
+different disk or a changed declaration.
 
 Pure and deterministic, like every renderer: the controller applies the NetworkPolicy first, then the pod.
 """
@@ -22,6 +23,7 @@ from typing import Any, Literal
 
 from uds_vm_operator.apiversions import NETWORKING_API_VERSION
 from uds_vm_operator.render.common import ROLE_LABEL, Owner, child_metadata
+from uds_vm_operator.render.verifier_resources import Resources, default_resources
 from uds_vm_operator.termination import TERMINATION_LOG_PATH
 
 VERIFIER_ROLE = "verifier"
@@ -41,11 +43,6 @@ DEADLINE_FLOOR_SECONDS = 600
 ASSUMED_SLOWEST_READ_BYTES_PER_SECOND = 20 << 20
 """A pessimistic read rate (network storage under load) so a large, healthy disk is never cut off."""
 
-DEFAULT_RESOURCES: dict[str, dict[str, str]] = {
-    "requests": {"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "1Mi"},
-    "limits": {"cpu": "1", "memory": "256Mi", "ephemeral-storage": "16Mi"},
-}
-
 VolumeMode = Literal["Filesystem", "Block"]
 
 
@@ -64,6 +61,8 @@ class VerifierRequest:
     disk_uid: str
     image: str
     image_pull_policy: str = "IfNotPresent"
+    resources: Resources | None = None
+    """The pod's requests and limits (:mod:`render.verifier_resources`); None: the defaults."""
 
 
 def verifier_pod_name(vm_name: str) -> str:
@@ -153,7 +152,11 @@ def _verifier_container(request: VerifierRequest) -> dict[str, Any]:
         "imagePullPolicy": request.image_pull_policy,
         "command": _verify_command(request, BLOCK_DEVICE_PATH if block else FILESYSTEM_DISK_PATH),
         "env": [{"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}],
-        "resources": {kind: dict(values) for kind, values in DEFAULT_RESOURCES.items()},
+        "resources": (
+            {kind: dict(values) for kind, values in request.resources.items()}
+            if request.resources is not None
+            else default_resources()
+        ),
         "securityContext": restricted_container_security_context(),
         "terminationMessagePath": TERMINATION_LOG_PATH,
         "terminationMessagePolicy": "File",
