@@ -1,10 +1,11 @@
 """The verifier pod's requests and limits: the operator's defaults, and a site's overrides laid over them.
 
 A site sets them through the chart value ``verifier.resources`` (operator env ``UDS_VM_VERIFIER_RESOURCES``,
-JSON). Two needs drove it: a namespace whose LimitRange or ResourceQuota refuses the defaults would refuse
-every verifier pod, and on a dense node the default CPU request kept verifiers waiting for scheduling room
-(ADR 0021: most of the 39 s SI-7 step at 50 VMs at once). Overrides are checked when the operator starts,
-so a bad value stops the operator with the setting's name instead of failing every verification.
+JSON). A namespace whose LimitRange or ResourceQuota refuses the defaults would refuse every verifier pod, so
+every VM there would stay off; and a node whose CPU is all requested cannot schedule one. (It is not what
+made SI-7 slow at 50 VMs at once: ADR 0021 measured a 10m request against 100m, with no gain.) Overrides
+are checked when the operator starts, so a bad value stops the operator with the setting's name instead of
+failing every verification.
 """
 
 from __future__ import annotations
