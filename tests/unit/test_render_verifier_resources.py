@@ -63,7 +63,11 @@ def test_the_pod_gets_its_own_copy_of_the_resources() -> None:
         ({"limits": {"memory": "big"}}, "limits.memory: 'big' is not a size"),
         ({"limits": {"memory": ["1Gi"]}}, "limits.memory: expected a size"),
         ({"requests": {"cpu": "2"}}, "requests.cpu 2 is above its limit 1"),
-        ({"limits": {"memory": "32Mi"}}, "requests.memory 64Mi is above its limit 32Mi"),
+        (
+            {"limits": {"memory": "32Mi"}},
+            "64Mi is above its limit 32Mi; Kubernetes refuses such a pod: raise "
+            "limits.memory or lower requests.memory",
+        ),
     ],
 )
 def test_what_kubernetes_would_refuse_is_refused_at_start_naming_the_chart_value(

@@ -51,7 +51,7 @@ def verifier_resources(overrides: Mapping[str, Any]) -> Resources:
         if _amount(resource, request, field) > _amount(resource, merged["limits"][resource], field):
             raise SpecError(
                 f"{field} {request} is above its limit {merged['limits'][resource]}; "
-                "Kubernetes refuses such a pod, so raise the limit too"
+                f"Kubernetes refuses such a pod: raise limits.{resource} or lower requests.{resource}"
             )
     return merged
 
