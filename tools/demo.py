@@ -300,10 +300,10 @@ def prep_and_apply(demo: Demo, keys: tuple[Path, str]) -> dict[str, Any]:
     demo.apply(record, f"/api/v1/namespaces/{NAMESPACE}/configmaps/{record['metadata']['name']}")
     vm = yaml.safe_load((out / f"{VM_NAME}.udsvm.yaml").read_text(encoding="utf-8"))
     vm["spec"]["disk"].update({"storageClassName": "udsvm-local", "volumeMode": "Filesystem"})
-    # One vCPU, the operator's Linux default, as every node test guest boots. Two were tried (faster boots
-    # under software emulation) and withdrawn: in CI a two-vCPU guest's kernel stalled with its second vCPU's
-    # timer never firing (RCU stall, QEMU idle) and the guest never came up (ADR 0017).
-    vm["spec"]["resources"] = {"cpu": 1, "memory": "1Gi"}
+    # No resources declared: the operator's Linux default (one vCPU, 1Gi), as every node test guest boots.
+    # Two vCPUs were tried (faster boots under software emulation) and withdrawn: in CI a two-vCPU guest's
+    # kernel stalled with its second vCPU's timer never firing (RCU stall, QEMU idle) and never came up
+    # (ADR 0017).
     vm["spec"]["cloudInit"] = {
         "flavor": "debian",
         "users": [{"name": guest_ssh.GUEST_USER, "sshAuthorizedKeys": [keys[1]], "sudo": True}],
