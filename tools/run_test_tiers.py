@@ -10,6 +10,10 @@ control planes of their own on free ports; image builds that both may ask for se
 lock (tools/images/lib.sh). Every test still runs: `tests` minus `tests/node` in one process, the node tier
 in the other, so a new tier directory is picked up without editing this file.
 
+Priority: the node tier is the critical path, so the other tiers run in a cgroup of low CPU weight
+(tools/cpu_groups.py): they get every cycle the node tier leaves idle, and a guest booting on the node gets
+its core first. Their CPU seconds and the machine's are printed at the end.
+
 Output: each process writes its own log; a line every HEARTBEAT_S says which are still running, and each
 log is printed whole, under a header, when its process ends (like `make --output-sync`). The exit status is
 non-zero when either failed; both always run to the end, so one run reports every failure.
@@ -30,6 +34,8 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
+from tools.cpu_groups import LOW_SHARES, CpuGroup, machine_busy_seconds, make_group
+
 ROOT = Path(__file__).resolve().parents[1]
 HEARTBEAT_S = 120.0
 STOP_GRACE_S = 120.0  # for the node tier's teardown (node-down, cdi-down) after a SIGTERM
@@ -41,6 +47,8 @@ GROUPS: dict[str, list[str]] = {
     "node": ["tests/node"],
     "the other tiers": ["tests", "--ignore=tests/node"],
 }
+LOW_WEIGHT = frozenset({"the other tiers"})
+"""The groups that yield the CPU to the node tier (the others keep the kernel's default share)."""
 DURATIONS = ["--durations=30"]
 """Each process lists its slowest tests, so a CI log says where the time went."""
 
@@ -54,16 +62,53 @@ class Running:
     log_path: Path
     log: IO[bytes]
     started: float
+    cpu_group: CpuGroup | None = None
 
 
-def start(name: str, args: Sequence[str], log_dir: Path, extra: Sequence[str], cwd: Path) -> Running:
-    log_path = log_dir / (name.replace(" ", "-").replace("+", "-") + ".log")
+def start(
+    name: str,
+    args: Sequence[str],
+    log_dir: Path,
+    extra: Sequence[str],
+    cwd: Path,
+    *,
+    cpu_group: CpuGroup | None = None,
+) -> Running:
+    slug = name.replace(" ", "-").replace("+", "-")
+    log_path = log_dir / (slug + ".log")
     log = log_path.open("wb")
     command = [sys.executable, "-m", "pytest", "-q", *args, *extra]
     process = subprocess.Popen(
-        command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        command,
+        cwd=cwd,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=cpu_group.join if cpu_group else None,  # noqa: PLW1509 (no threads here)
     )
-    return Running(name, process, log_path, log, time.monotonic())
+    return Running(name, process, log_path, log, time.monotonic(), cpu_group)
+
+
+def low_weight_group(name: str) -> CpuGroup | None:
+    """The cgroup a low-weight group runs in, or None (and why) where this machine has no cgroup v1."""
+    made = make_group(f"uds-test-tiers-{os.getpid()}-{name.replace(' ', '-')}", LOW_SHARES)
+    if isinstance(made, str):
+        print(f"make test: {name} not weighted: {made}", flush=True)
+        return None
+    return made
+
+
+def report_cpu(runs: Sequence[Running], busy_before: float, started: float) -> None:
+    """The machine's CPU seconds in the run and each weighted group's share; remove the groups."""
+    busy = machine_busy_seconds() - busy_before
+    wall = time.monotonic() - started
+    parts = [f"the machine was busy {busy:.0f} CPU-s in {wall:.0f} s ({busy / wall:.2f} cores)"]
+    for run in runs:
+        if run.cpu_group is not None:
+            parts.append(f"{run.name} {run.cpu_group.cpu_seconds():.0f} CPU-s (cpu.shares {LOW_SHARES})")
+            for problem in run.cpu_group.remove():
+                print(f"make test: cgroup left behind: {problem}", flush=True)
+    print("make test: CPU: " + "; ".join(parts), flush=True)
 
 
 def report(run: Running, returncode: int) -> None:
@@ -84,6 +129,7 @@ def run_all(
     cwd: Path = ROOT,
     *,
     handle_signals: bool = False,
+    low_weight: frozenset[str] = frozenset(),
 ) -> int:
     """Start every group, wait for all of them (printing heartbeats), print each log as it ends.
 
@@ -91,7 +137,18 @@ def run_all(
     before this one exits, so nothing they started outlives an interrupted `make test`.
     """
     log_dir.mkdir(parents=True, exist_ok=True)
-    runs = [start(name, args, log_dir, extra, cwd) for name, args in groups.items()]
+    busy_before, started = machine_busy_seconds(), time.monotonic()
+    runs = [
+        start(
+            name,
+            args,
+            log_dir,
+            extra,
+            cwd,
+            cpu_group=low_weight_group(name) if name in low_weight else None,
+        )
+        for name, args in groups.items()
+    ]
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         # Our own children only, by their PIDs. SIGINT, not SIGTERM: pytest turns it into KeyboardInterrupt
@@ -104,6 +161,7 @@ def run_all(
                 run.process.wait(timeout=STOP_GRACE_S)
             except subprocess.TimeoutExpired:
                 run.process.kill()
+        report_cpu(runs, busy_before, started)
         raise SystemExit(128 + signum)
 
     if handle_signals:
@@ -128,6 +186,7 @@ def run_all(
             load = os.getloadavg()[0]  # how busy the 2 cores were: says whether a slow tier waited or worked
             print(f"make test: still running: {still}; load {load:.1f}", flush=True)
         time.sleep(1.0)
+    report_cpu(runs, busy_before, started)
     return status
 
 
@@ -139,7 +198,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("pytest_args", nargs="*", help="passed to both pytest processes (after --)")
     args = parser.parse_args(argv)
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="uds-test-tiers-"))
-    return run_all(GROUPS, [*DURATIONS, *args.pytest_args], log_dir, handle_signals=True)
+    return run_all(
+        GROUPS, [*DURATIONS, *args.pytest_args], log_dir, handle_signals=True, low_weight=LOW_WEIGHT
+    )
 
 
 if __name__ == "__main__":

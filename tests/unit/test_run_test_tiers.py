@@ -3,6 +3,8 @@ exactly one of them, and a failure in either must fail `make test` and be shown,
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 import pytest
@@ -50,3 +52,26 @@ def test_both_passing_is_success(tmp_path: Path, capsys: pytest.CaptureFixture[s
     groups = {"a": [str(tmp_path / "a")], "b": [str(tmp_path / "b")]}
     assert run_test_tiers.run_all(groups, ["-p", "no:cacheprovider"], tmp_path / "logs", cwd=tmp_path) == 0
     assert capsys.readouterr().out.count("passed after") == 2
+
+
+def test_a_low_weight_group_runs_in_its_cgroup_is_counted_and_the_cgroup_goes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "low").mkdir()
+    (tmp_path / "low/test_low.py").write_text(
+        "import os\n"
+        "def test_in_the_group():\n"
+        f"    assert '/uds-test-tiers-{os.getpid()}-low-one' in open('/proc/self/cgroup').read()\n"
+    )
+    groups = {"low one": [str(tmp_path / "low")]}
+    args = ["-p", "no:cacheprovider"]
+    status = run_test_tiers.run_all(
+        groups, args, tmp_path / "logs", cwd=tmp_path, low_weight=frozenset(groups)
+    )
+    out = capsys.readouterr().out
+    assert status == 0, out
+    shares = run_test_tiers.LOW_SHARES
+    counted = rf"CPU: the machine was busy \d+ CPU-s .*; low one \d+ CPU-s \(cpu.shares {shares}\)"
+    assert re.search(counted, out), out
+    assert "left behind" not in out
+    assert not list(Path("/sys/fs/cgroup/cpu").glob(f"uds-test-tiers-{os.getpid()}-*"))

@@ -36,7 +36,7 @@ from lightkube.resources.admissionregistration_v1 import (
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.apiregistration_v1 import APIService
 from lightkube.resources.apps_v1 import Deployment
-from lightkube.resources.core_v1 import Namespace
+from lightkube.resources.core_v1 import Namespace, Pod
 
 from tools.envtest import controlplane
 from tools.envtest.fetch_crds import ensure_crds
@@ -230,6 +230,24 @@ def _gone(client: Client, kind: Any, name: str, namespace: str | None, timeout_s
     return False
 
 
+PODS_END_S = 60.0
+"""How long the uninstall waits for CDI's pods to end before it deletes their namespace anyway."""
+
+
+def _pods_ended(client: Client, namespace: str, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        running = [
+            pod
+            for pod in client.list(Pod, namespace=namespace)
+            if pod.status is None or pod.status.phase not in ("Succeeded", "Failed")
+        ]
+        if not running:
+            return True
+        time.sleep(1)
+    return False
+
+
 def _delete(client: Client, kind: Any, name: str, namespace: str | None = None) -> None:
     try:
         client.delete(kind, name=name, namespace=namespace)
@@ -280,6 +298,15 @@ def uninstall(
         for obj in client.list(kind):
             if is_cdi_hook(kind.__name__, obj.to_dict()):
                 _delete(client, kind, str(obj.metadata.name))
+    # The namespace goes once its pods have ended, and they are ended at once: CDI's servers outlast SIGTERM
+    # until their 30 s grace period runs out (measured), and the namespace controller, finding a pod still
+    # running, waits out that whole period before it looks again (the namespace took 38 s). cdi-operator
+    # sometimes drops its finalizer before it has removed every Deployment (seen: cdi-apiserver and
+    # cdi-uploadproxy left running), so what is left goes here; should a pod outlast PODS_END_S, the
+    # namespace's deletion still ends it. This is a test installation's teardown: nothing in it is kept.
+    client.deletecollection(Deployment, namespace=NAMESPACE)
+    client.deletecollection(Pod, namespace=NAMESPACE, grace_period=1)
+    _pods_ended(client, NAMESPACE, min(timeout_s, PODS_END_S))
     _delete(client, Namespace, NAMESPACE)
     # CRDs cdi-operator created for itself go too: the plane's copies carry only the plane's field manager.
     crds = plane_cdi_crds()
