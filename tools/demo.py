@@ -586,13 +586,14 @@ def remove_demo(state_dir: Path) -> str:
 
         wait(gone, 300, "the demo's namespaces to be deleted")
         lap("namespaces gone")
-    command(
+    said = command(
         [sys.executable, "-m", "tools.cdi.install", "--state-dir", str(state_dir), "--down"],
         "CDI down",
         cwd=ROOT,
     )
     lap("CDI down")
-    return ", ".join(steps)
+    cdi_steps = said.strip().splitlines()[-1] if said.strip() else ""  # its own steps' seconds
+    return ", ".join(steps) + (f"; {cdi_steps}" if cdi_steps else "")
 
 
 def no_pods(client: KubeClient, *namespaces: str) -> bool:

@@ -10,9 +10,10 @@ control planes of their own on free ports; image builds that both may ask for se
 lock (tools/images/lib.sh). Every test still runs: `tests` minus `tests/node` in one process, the node tier
 in the other, so a new tier directory is picked up without editing this file.
 
-Priority: the node tier is the critical path, so the other tiers run in a cgroup of low CPU weight
-(tools/cpu_groups.py): they get every cycle the node tier leaves idle, and a guest booting on the node gets
-its core first. Their CPU seconds and the machine's are printed at the end.
+Priority: the node tier is the critical path, so the other tiers run in one cgroup that weighs as one session
+(tools/cpu_groups.py) instead of one session per control plane and QEMU guest: they get every cycle the node
+tier leaves idle, and a guest booting on the node is no longer outvoted. Their CPU seconds and the machine's
+are printed at the end.
 
 Output: each process writes its own log; a line every HEARTBEAT_S says which are still running, and each
 log is printed whole, under a header, when its process ends (like `make --output-sync`). The exit status is
@@ -74,8 +75,7 @@ def start(
     *,
     cpu_group: CpuGroup | None = None,
 ) -> Running:
-    slug = name.replace(" ", "-").replace("+", "-")
-    log_path = log_dir / (slug + ".log")
+    log_path = log_dir / (slug(name) + ".log")
     log = log_path.open("wb")
     command = [sys.executable, "-m", "pytest", "-q", *args, *extra]
     process = subprocess.Popen(
@@ -89,9 +89,14 @@ def start(
     return Running(name, process, log_path, log, time.monotonic(), cpu_group)
 
 
+def slug(name: str) -> str:
+    """A group's name as a file or cgroup name."""
+    return name.replace(" ", "-").replace("+", "-")
+
+
 def low_weight_group(name: str) -> CpuGroup | None:
     """The cgroup a low-weight group runs in, or None (and why) where this machine has no cgroup v1."""
-    made = make_group(f"uds-test-tiers-{os.getpid()}-{name.replace(' ', '-')}", LOW_SHARES)
+    made = make_group(f"uds-test-tiers-{os.getpid()}-{slug(name)}", LOW_SHARES)
     if isinstance(made, str):
         print(f"make test: {name} not weighted: {made}", flush=True)
         return None

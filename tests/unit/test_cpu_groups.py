@@ -1,5 +1,5 @@
-"""tools/cpu_groups.py: the other tiers of `make test` run in a cgroup of low CPU weight, and their CPU
-seconds are counted. On this machine's real cgroup v1 hierarchies (CI runs as root, as the node needs)."""
+"""tools/cpu_groups.py: the other tiers of `make test` run in one cgroup that weighs as one session, and
+their CPU seconds are counted. On this machine's real cgroup v1 hierarchies (CI runs as root)."""
 
 from __future__ import annotations
 
