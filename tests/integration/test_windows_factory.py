@@ -126,9 +126,11 @@ def test_build_vm_is_cloned_published_repointed_and_pruned(
     api: Api, operator: OperatorProcess, namespace: str
 ) -> None:
     created = api.apply(build_vm(namespace, 1), vm_path(namespace, "win-build"))
+    # The KubeVirt VirtualMachine is applied after both DataVolumes: waiting for it (not the first DataVolume)
+    # means every status played below has its object (a 404 on the VM's status was seen in CI).
     wait_until(
-        lambda: api.get(dv_path(namespace, "win-build-dv")),
-        "installer DataVolume",
+        lambda: api.get(kv_path(namespace, "win-build")),
+        "the build VirtualMachine (applied after both DataVolumes)",
         operator,
         api,
         namespace,
