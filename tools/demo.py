@@ -36,6 +36,7 @@ from rich.table import Table
 
 from tools.envtest.pinned_versions import pinned_versions
 from tools.kubevirt import kubevirt_install
+from tools.laps import Laps
 from tools.node import guest_ssh, probes, volumes
 from tools.node import node as node_launcher
 from tools.node import node_configs as cfg
@@ -533,14 +534,7 @@ def remove_demo(state_dir: Path) -> str:
     A namespace is deleted only once its pods are gone. The namespace controller, finding a pod that still
     runs, waits out that pod's whole termination grace period before it looks again, even when the pod ends
     a second later (measured: the demo's namespace took 48 s, though its last pod was gone after 14 s)."""
-    steps: list[str] = []
-    started = time.monotonic()
-
-    def lap(what: str) -> None:
-        nonlocal started
-        steps.append(f"{what} {time.monotonic() - started:.0f} s")
-        started = time.monotonic()
-
+    laps = Laps()
     with KubeClient(state_dir / "kubeconfig", timeout_s=30.0) as client:
         # The operator still runs: it lets the VM go (its finalizer), and KubeVirt shuts the guest down.
         client.request(
@@ -556,7 +550,7 @@ def remove_demo(state_dir: Path) -> str:
                 what="delete the demo's probe pods",
             )
         wait(lambda: no_pods(client, NAMESPACE, OUTSIDER_NAMESPACE), 300, "the demo's VM and pods to stop")
-        lap("VM stopped")
+        laps.lap("VM stopped")
         for namespace in (NAMESPACE, OUTSIDER_NAMESPACE):
             client.request("DELETE", f"/api/v1/namespaces/{namespace}", what="delete namespace")
         kubeconfig = str(state_dir / "kubeconfig")
@@ -576,7 +570,7 @@ def remove_demo(state_dir: Path) -> str:
         )
         wait(lambda: no_pods(client, OPERATOR_NAMESPACE), 300, "the operator's pods to stop")
         client.request("DELETE", f"/api/v1/namespaces/{OPERATOR_NAMESPACE}", what="delete namespace")
-        lap("helm uninstall")
+        laps.lap("helm uninstall")
 
         def gone() -> bool:
             return all(
@@ -585,15 +579,15 @@ def remove_demo(state_dir: Path) -> str:
             )
 
         wait(gone, 300, "the demo's namespaces to be deleted")
-        lap("namespaces gone")
+        laps.lap("namespaces gone")
     said = command(
         [sys.executable, "-m", "tools.cdi.install", "--state-dir", str(state_dir), "--down"],
         "CDI down",
         cwd=ROOT,
     )
-    lap("CDI down")
+    laps.lap("CDI down")
     cdi_steps = said.strip().splitlines()[-1] if said.strip() else ""  # its own steps' seconds
-    return ", ".join(steps) + (f"; {cdi_steps}" if cdi_steps else "")
+    return laps.summary() + (f"; {cdi_steps}" if cdi_steps else "")
 
 
 def no_pods(client: KubeClient, *namespaces: str) -> bool:

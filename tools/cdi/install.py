@@ -41,6 +41,7 @@ from lightkube.resources.core_v1 import Namespace, Pod
 from tools.envtest import controlplane
 from tools.envtest.fetch_crds import ensure_crds
 from tools.envtest.pinned_versions import read_versions_env
+from tools.laps import Laps
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -331,22 +332,6 @@ def uninstall(
     controlplane.install_crds(plane, crds)
     laps.lap("the plane's CRDs")
     return laps.summary()
-
-
-class Laps:
-    """The seconds between marks, named: "CDI resource 1 s, CRDs 3 s"."""
-
-    def __init__(self) -> None:
-        self._last = time.monotonic()
-        self._steps: list[str] = []
-
-    def lap(self, what: str) -> None:
-        now = time.monotonic()
-        self._steps.append(f"{what} {now - self._last:.0f} s")
-        self._last = now
-
-    def summary(self) -> str:
-        return ", ".join(self._steps)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
