@@ -82,18 +82,21 @@ node-down: ## stop the real node and remove everything it made (processes, mount
 #     chains that share Go build cache entries stay in order (envtest-bins before node-bins, cdi-bins before cdi-images);
 #  3. the checks (lint, generated-file drift, the dependency floors), then every test tier.
 TEST_JOBS ?= 3
-.PHONY: test-packages test-builds test-checks
+.PHONY: test-packages test-builds node-tier-builds other-tier-builds test-checks
 test-packages: system-deps node-deps guest-deps image-deps ## the Debian packages every test tier needs (one after another)
 
-test-builds: envtest-bins node-bins kubevirt-images helm-bin zarf-schema zarf-bin guest-image cdi-images prometheus-image provenance-bins go-anchor scan-bins s3-bin ## every build the test tiers need (run in parallel by `make test`)
+test-builds: node-tier-builds other-tier-builds ## every build the test tiers need
+
+node-tier-builds: envtest-bins node-bins kubevirt-images helm-bin zarf-schema zarf-bin guest-image cdi-images prometheus-image provenance-bins s3-bin ## what `make test` builds (in parallel) before the node tier starts
+
+other-tier-builds: go-anchor scan-bins ## built by `make test` beside the node tier, before the checks and the other tiers (tools/run_test_tiers.py)
 
 test-checks: lint crds-check deploy-check compliance-check lock-check test-floors chart-scan ## static checks and generated-file drift
 
-test: install ## install everything, build what the tiers need (in parallel), check, then run every test tier
+test: install ## install everything, build what the node tier needs (in parallel), then the node tier beside the other builds, the checks and the other tiers
 	@$(MAKE) --no-print-directory test-packages
 	@echo "make test: building with -j$(TEST_JOBS) (each build's log appears when it ends)"
-	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-builds
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-checks
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target node-tier-builds
 	$(PY) -m tools.run_test_tiers
 
 guest-deps: ## install the Debian packages the guest tier needs (QEMU, mmdebstrap, syslinux, xorriso, cloud-init)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CONTROLLERS = ("cpu", "cpuacct")
-LOW_SHARES = 1024
+SESSION_SHARES = 1024
 """The weight of one session (autogroup), for all the group's sessions together; the node's pods together
 weigh 2048 (the kubelet's `kubepods`). Not lower: the other tiers have bounded waits of their own."""
 

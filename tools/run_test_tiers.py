@@ -1,4 +1,5 @@
-"""`make test`'s last step: every test tier, in two pytest processes that run at the same time.
+"""`make test`'s last step: every test tier, in two pytest processes that run at the same time, and the
+static checks before the tiers that are not on the critical path.
 
 Why two: the real-node tier spends its quarter of an hour waiting on a kubelet, CDI and KubeVirt (the
 machine's load stays between 1 and 2 on 2 cores), while the other tiers (control planes, QEMU guests, image
@@ -15,7 +16,12 @@ Priority: the node tier is the critical path, so the other tiers run in one cgro
 tier leaves idle, and a guest booting on the node is no longer outvoted. Their CPU seconds and the machine's
 are printed at the end.
 
-Output: each process writes its own log; a line every HEARTBEAT_S says which are still running, and each
+Before the other tiers, in their cgroup: the builds only they need and the static checks (BEFORE). The node
+tier starts as soon as its own builds are done instead of after them: the checks took 2.6 min on a quiet
+2-core machine, the Go anchor's build 229 s of a cold CI log, and the other tiers ended 34 min before the node
+tier. A failed check fails the run, and the tiers after it still run, so one run reports every failure.
+
+Output: each lane writes its own log; a line every HEARTBEAT_S says which are still running, and each
 log is printed whole, under a header, when its process ends (like `make --output-sync`). The exit status is
 non-zero when either failed; both always run to the end, so one run reports every failure.
 """
@@ -30,12 +36,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import IO
 
-from tools.cpu_groups import LOW_SHARES, CpuGroup, machine_busy_seconds, make_group
+from tools.cpu_groups import SESSION_SHARES, CpuGroup, machine_busy_seconds, make_group
 
 ROOT = Path(__file__).resolve().parents[1]
 HEARTBEAT_S = 120.0
@@ -48,45 +54,94 @@ GROUPS: dict[str, list[str]] = {
     "node": ["tests/node"],
     "the other tiers": ["tests", "--ignore=tests/node"],
 }
-LOW_WEIGHT = frozenset({"the other tiers"})
-"""The groups that yield the CPU to the node tier (the others keep the kernel's default share)."""
+BEFORE: dict[str, list[list[str]]] = {
+    "the other tiers": [
+        ["make", "--no-print-directory", "-j2", "--output-sync=target", "other-tier-builds", "test-checks"]
+    ],
+}
+"""Commands a group runs one after another before its pytest process, in the same log and cgroup."""
+ONE_SESSION = frozenset({"the other tiers"})
+"""The groups that weigh as one session against the node tier (the others keep the kernel's default share)."""
 DURATIONS = ["--durations=30"]
 """Each process lists its slowest tests, so a CI log says where the time went."""
 
 
 @dataclass
 class Running:
-    """One pytest process of ours, its log and when it started."""
+    """One lane of ours: its commands still to run, the one running now, its log and when it started."""
 
     name: str
     process: subprocess.Popen[bytes]
     log_path: Path
     log: IO[bytes]
     started: float
+    cwd: Path
+    queued: list[list[str]] = field(default_factory=list)
     cpu_group: CpuGroup | None = None
+    worst: int = 0
+    command: str = ""
+
+    def launch(self, command: Sequence[str]) -> None:
+        """Start ``command`` as this lane's current process (in its log and cgroup)."""
+        self.process = _popen(command, self.cwd, self.log, self.cpu_group)
+        self.command = " ".join(command)
+
+    def poll(self) -> int | None:
+        """None while the lane runs; its exit status (the first non-zero of its commands) once all ended.
+
+        A command that fails does not stop the ones after it: the tiers still run after a failed check."""
+        returncode = self.process.poll()
+        if returncode is None:
+            return None
+        if returncode != 0:
+            self.log.write(f"\nmake test: {self.name}: exit {returncode}: {self.command}\n".encode())
+            self.log.flush()
+        self.worst = self.worst or returncode
+        if self.queued:
+            self.launch(self.queued.pop(0))
+            return None
+        return self.worst
+
+    def interrupt(self) -> None:
+        """SIGINT to the running command; nothing queued starts after it."""
+        self.queued.clear()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
 
 
-def start(
-    name: str,
-    args: Sequence[str],
-    log_dir: Path,
-    extra: Sequence[str],
-    cwd: Path,
-    *,
-    cpu_group: CpuGroup | None = None,
-) -> Running:
-    log_path = log_dir / (slug(name) + ".log")
-    log = log_path.open("wb")
-    command = [sys.executable, "-m", "pytest", "-q", *args, *extra]
-    process = subprocess.Popen(
-        command,
+def _popen(
+    command: Sequence[str], cwd: Path, log: IO[bytes], cpu_group: CpuGroup | None
+) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        list(command),
         cwd=cwd,
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         preexec_fn=cpu_group.join if cpu_group else None,  # noqa: PLW1509 (no threads here)
     )
-    return Running(name, process, log_path, log, time.monotonic(), cpu_group)
+
+
+def start(
+    name: str,
+    commands: Sequence[Sequence[str]],
+    log_dir: Path,
+    cwd: Path,
+    *,
+    cpu_group: CpuGroup | None = None,
+) -> Running:
+    """Start a lane's first command; the rest run one after another as each ends (``Running.poll``)."""
+    log_path = log_dir / (slug(name) + ".log")
+    log = log_path.open("wb")
+    first, *rest = [list(command) for command in commands]
+    process = _popen(first, cwd, log, cpu_group)
+    return Running(
+        name, process, log_path, log, time.monotonic(), cwd, rest, cpu_group, command=" ".join(first)
+    )
+
+
+def pytest_command(args: Sequence[str], extra: Sequence[str]) -> list[str]:
+    return [sys.executable, "-m", "pytest", "-q", *args, *extra]
 
 
 def slug(name: str) -> str:
@@ -94,9 +149,9 @@ def slug(name: str) -> str:
     return name.replace(" ", "-").replace("+", "-")
 
 
-def low_weight_group(name: str) -> CpuGroup | None:
-    """The cgroup a low-weight group runs in, or None (and why) where this machine has no cgroup v1."""
-    made = make_group(f"uds-test-tiers-{os.getpid()}-{slug(name)}", LOW_SHARES)
+def session_group(name: str) -> CpuGroup | None:
+    """The cgroup a group that weighs as one session runs in, or None (and why) without cgroup v1."""
+    made = make_group(f"uds-test-tiers-{os.getpid()}-{slug(name)}", SESSION_SHARES)
     if isinstance(made, str):
         print(f"make test: {name} not weighted: {made}", flush=True)
         return None
@@ -110,7 +165,7 @@ def report_cpu(runs: Sequence[Running], busy_before: float, started: float) -> N
     parts = [f"the machine was busy {busy:.0f} CPU-s in {wall:.0f} s ({busy / wall:.2f} cores)"]
     for run in runs:
         if run.cpu_group is not None:
-            parts.append(f"{run.name} {run.cpu_group.cpu_seconds():.0f} CPU-s (cpu.shares {LOW_SHARES})")
+            parts.append(f"{run.name} {run.cpu_group.cpu_seconds():.0f} CPU-s (cpu.shares {SESSION_SHARES})")
             for problem in run.cpu_group.remove():
                 print(f"make test: cgroup left behind: {problem}", flush=True)
     print("make test: CPU: " + "; ".join(parts), flush=True)
@@ -134,9 +189,12 @@ def run_all(
     cwd: Path = ROOT,
     *,
     handle_signals: bool = False,
-    low_weight: frozenset[str] = frozenset(),
+    one_session: frozenset[str] = frozenset(),
+    before: dict[str, list[list[str]]] | None = None,
 ) -> int:
     """Start every group, wait for all of them (printing heartbeats), print each log as it ends.
+
+    A group named in ``before`` runs those commands first, then its pytest process (one lane, one log).
 
     With ``handle_signals`` (the command line), SIGINT/SIGTERM are passed on to the pytest processes
     before this one exits, so nothing they started outlives an interrupted `make test`.
@@ -146,11 +204,10 @@ def run_all(
     runs = [
         start(
             name,
-            args,
+            [*(before or {}).get(name, []), pytest_command(args, extra)],
             log_dir,
-            extra,
             cwd,
-            cpu_group=low_weight_group(name) if name in low_weight else None,
+            cpu_group=session_group(name) if name in one_session else None,
         )
         for name, args in groups.items()
     ]
@@ -159,8 +216,7 @@ def run_all(
         # Our own children only, by their PIDs. SIGINT, not SIGTERM: pytest turns it into KeyboardInterrupt
         # and runs the fixtures' teardown (node-down, cdi-down), where SIGTERM would end it on the spot.
         for run in runs:
-            if run.process.poll() is None:
-                run.process.send_signal(signal.SIGINT)
+            run.interrupt()
         for run in runs:
             try:
                 run.process.wait(timeout=STOP_GRACE_S)
@@ -172,15 +228,17 @@ def run_all(
     if handle_signals:
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
-    print(f"make test: {len(runs)} pytest processes at once; logs in {log_dir}", flush=True)
+    print(f"make test: {len(runs)} lanes at once; logs in {log_dir}", flush=True)
     for run in runs:
-        print(f"  {run.name}: pid {run.process.pid}, pytest {' '.join(groups[run.name])}", flush=True)
+        first = " then ".join(" ".join(command[1:]) for command in (before or {}).get(run.name, []))
+        steps = (first + ", then ") if first else ""
+        print(f"  {run.name}: {steps}pytest {' '.join(groups[run.name])}", flush=True)
     status = 0
     pending = list(runs)
     last_beat = time.monotonic()
     while pending:
         for run in list(pending):
-            returncode = run.process.poll()
+            returncode = run.poll()
             if returncode is not None:
                 pending.remove(run)
                 report(run, returncode)
@@ -204,7 +262,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="uds-test-tiers-"))
     return run_all(
-        GROUPS, [*DURATIONS, *args.pytest_args], log_dir, handle_signals=True, low_weight=LOW_WEIGHT
+        GROUPS,
+        [*DURATIONS, *args.pytest_args],
+        log_dir,
+        handle_signals=True,
+        one_session=ONE_SESSION,
+        before=BEFORE,
     )
 
 

@@ -54,7 +54,7 @@ def test_both_passing_is_success(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert capsys.readouterr().out.count("passed after") == 2
 
 
-def test_a_low_weight_group_runs_in_its_cgroup_is_counted_and_the_cgroup_goes(
+def test_a_one_session_group_runs_in_its_cgroup_is_counted_and_the_cgroup_goes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (tmp_path / "low").mkdir()
@@ -66,12 +66,51 @@ def test_a_low_weight_group_runs_in_its_cgroup_is_counted_and_the_cgroup_goes(
     groups = {"low one": [str(tmp_path / "low")]}
     args = ["-p", "no:cacheprovider"]
     status = run_test_tiers.run_all(
-        groups, args, tmp_path / "logs", cwd=tmp_path, low_weight=frozenset(groups)
+        groups, args, tmp_path / "logs", cwd=tmp_path, one_session=frozenset(groups)
     )
     out = capsys.readouterr().out
     assert status == 0, out
-    shares = run_test_tiers.LOW_SHARES
+    shares = run_test_tiers.SESSION_SHARES
     counted = rf"CPU: the machine was busy \d+ CPU-s .*; low one \d+ CPU-s \(cpu.shares {shares}\)"
     assert re.search(counted, out), out
     assert "left behind" not in out
     assert not list(Path("/sys/fs/cgroup/cpu").glob(f"uds-test-tiers-{os.getpid()}-*"))
+
+
+def test_commands_before_a_group_run_first_in_its_log_and_a_failed_one_fails_the_run_but_not_the_tests(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t/test_after.py").write_text(
+        "from pathlib import Path\n"
+        "def test_runs_after_the_commands():\n"
+        "    assert Path('first.done').read_text() == 'yes'\n"
+    )
+    before = {
+        "lane": [
+            ["sh", "-c", "echo 'the check that fails'; exit 3"],
+            ["sh", "-c", "printf yes > first.done"],
+        ]
+    }
+    status = run_test_tiers.run_all(
+        {"lane": [str(tmp_path / "t")]},
+        ["-p", "no:cacheprovider"],
+        tmp_path / "logs",
+        cwd=tmp_path,
+        before=before,
+    )
+    out = capsys.readouterr().out
+    assert status == 3, out
+    assert "===== lane: FAILED (exit 3)" in out, out
+    assert out.index("the check that fails") < out.index("1 passed"), out
+    assert "make test: lane: exit 3:" in out
+
+
+def test_the_node_tier_starts_at_once_and_the_checks_run_before_the_other_tiers() -> None:
+    assert "node" not in run_test_tiers.BEFORE
+    (checks,) = run_test_tiers.BEFORE["the other tiers"]
+    assert "test-checks" in checks and "other-tier-builds" in checks
+    makefile = (ROOT / "Makefile").read_text()
+    assert "-m tools.run_test_tiers" in makefile
+    recipe = makefile.split("\ntest: ", 1)[1].split("\n\n", 1)[0]
+    assert "test-checks" not in recipe and "node-tier-builds" in recipe, recipe
