@@ -41,9 +41,12 @@ from tools.node import guest_ssh, probes, volumes
 from tools.node import node as node_launcher
 from tools.node import node_configs as cfg
 from uds_vm_operator.api.quantity import parse_bytes
+from uds_vm_operator.child_names import netpol_name, root_dv_name
 from uds_vm_operator.cli._errors import CliError
 from uds_vm_operator.cli._kube import KubeClient
 from uds_vm_operator.cli.inventory import human_age
+from uds_vm_operator.render.verifier import verifier_pod_name
+from uds_vm_operator.runtime import kube
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +54,7 @@ NAMESPACE = "demo"
 OUTSIDER_NAMESPACE = "demo-outsider"
 OPERATOR_NAMESPACE = "uds-vm-operator"
 VM_NAME = "web"
-DV_NAME = f"{VM_NAME}-dv"
+DV_NAME = root_dv_name(VM_NAME)
 # What the field engineer preps and uploads: the qcow2 form of the guest image, as images are usually shipped
 # (535 MB for a 2 GiB disk). CDI's upload server converts it to raw; the verifier checks the raw content
 # against the content digest in prep's image record. prep reads a quarter of the bytes of the raw form.
@@ -62,8 +65,14 @@ UPLOAD_PROXY_NAME = "cdi-uploadproxy.cdi.svc"  # a name in the proxy's certifica
 API_SERVER_SERVICE = "10.0.0.1"
 KUBE_DNS_NAME = "kube-dns.kube-system.svc.cluster.local"
 MERGE = "application/merge-patch+json"
-APPLY = "application/apply-patch+yaml"
 STRICT = {"fieldManager": "uds-demo", "fieldValidation": "Strict"}
+# API paths come from runtime/kube's kind registry, like the CLI's; the demo adds the two cluster-scoped kinds
+# only it writes (the operator never touches namespaces or volumes).
+NAMESPACES = kube.register_kind(kube.Kind("v1", "Namespace", "namespaces", namespaced=False))
+PERSISTENT_VOLUMES = kube.register_kind(
+    kube.Kind("v1", "PersistentVolume", "persistentvolumes", namespaced=False)
+)
+LAUNCHER_PODS = {"labelSelector": "kubevirt.io=virt-launcher"}
 RESTRICTED = {
     "pod-security.kubernetes.io/enforce": "restricted",
     "pod-security.kubernetes.io/enforce-version": "latest",
@@ -153,8 +162,8 @@ class Demo:
         self.client = client
         self.workdir = workdir
 
-    def get(self, path: str) -> dict[str, Any] | None:
-        body = self.client.request("GET", path, what=f"read {path}")
+    def get(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any] | None:
+        body = self.client.request("GET", path, params=params, what=f"read {path}")
         return dict(body) if body else None
 
     def post(self, manifest: dict[str, Any], collection: str) -> dict[str, Any]:
@@ -164,39 +173,42 @@ class Demo:
 
     def apply(self, manifest: dict[str, Any], path: str) -> None:
         self.client.request(
-            "PATCH", path, body=manifest, content_type=APPLY, params={**STRICT, "force": "true"}, what="apply"
+            "PATCH",
+            path,
+            body=manifest,
+            content_type=kube.APPLY_CONTENT_TYPE,
+            params={**STRICT, "force": "true"},
+            what="apply",
         )
 
     def namespace(self, name: str, labels: dict[str, str]) -> None:
-        if self.get(f"/api/v1/namespaces/{name}") is None:
+        if self.get(NAMESPACES.path(name=name)) is None:
             self.post(
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}},
-                "/api/v1/namespaces",
+                NAMESPACES.path(),
             )
 
     def udsvm(self) -> dict[str, Any]:
-        return self.get(f"/apis/uds.dev/v1alpha1/namespaces/{NAMESPACE}/udsvirtualmachines/{VM_NAME}") or {}
+        return self.get(kube.UDS_VM.path(NAMESPACE, VM_NAME)) or {}
 
     def vm_status(self) -> dict[str, Any]:
         return dict(self.udsvm().get("status") or {})
 
     def vmi(self) -> dict[str, Any]:
-        return (
-            self.get(f"/apis/kubevirt.io/v1/namespaces/{NAMESPACE}/virtualmachineinstances/{VM_NAME}") or {}
-        )
+        return self.get(kube.VIRTUAL_MACHINE_INSTANCE.path(NAMESPACE, VM_NAME)) or {}
 
     def datavolume(self) -> dict[str, Any]:
-        return self.get(f"/apis/cdi.kubevirt.io/v1beta1/namespaces/{NAMESPACE}/datavolumes/{DV_NAME}") or {}
+        return self.get(kube.DATA_VOLUME.path(NAMESPACE, DV_NAME)) or {}
 
     def busybox_pod(self, namespace: str, name: str, labels: dict[str, str]) -> int:
         """A sleeping busybox pod (image from the node's registry); returns its container's host PID once
         Ready. Probes and the SSH client run in its network namespace."""
         image = (self.state_dir / "busybox-image").read_text(encoding="utf-8").strip()
         pod = cfg.busybox_pod(namespace, name, labels, image=image, command=["sleep", "3600"])
-        self.post(pod, f"/api/v1/namespaces/{namespace}/pods")
+        self.post(pod, kube.POD.path(namespace))
 
         def ready() -> dict[str, Any] | None:
-            body = self.get(f"/api/v1/namespaces/{namespace}/pods/{name}") or {}
+            body = self.get(kube.POD.path(namespace, name)) or {}
             statuses = body.get("status", {}).get("containerStatuses") or []
             return body if statuses and statuses[0].get("ready") else None
 
@@ -208,7 +220,7 @@ class Demo:
         guest that never answers was doing, kept in the failure's message since the node goes with the run."""
         answer = self.client.exchange(
             "GET",
-            f"/api/v1/namespaces/{NAMESPACE}/pods/{launcher_pod}/log",
+            kube.POD.path(NAMESPACE, launcher_pod, "log"),
             params={"container": "guest-console-log", "tailLines": str(lines)},
             accept="*/*",  # the log endpoint answers text; an Accept of text/plain alone gets HTTP 406
             what="read the guest's serial console",
@@ -218,9 +230,7 @@ class Demo:
     def launcher_pid(self) -> int:
         """The host PID of the VM's virt-launcher pod: its network namespace is where the guest's traffic
         leaves, masqueraded, and where the VM's NetworkPolicy applies."""
-        pods = (
-            self.get(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=kubevirt.io%3Dvirt-launcher") or {}
-        ).get("items") or []
+        pods = (self.get(kube.POD.path(NAMESPACE), LAUNCHER_PODS) or {}).get("items") or []
         if not pods:
             raise DemoError("KubeVirt made no virt-launcher pod for the VM")
         return node_launcher.container_pid(self.paths, pods[0])
@@ -229,14 +239,14 @@ class Demo:
         """The node's provisioner: a real loop-backed volume of exactly the size CDI's claim asks for, as a
         static local PV bound to it."""
         pvc = wait(
-            lambda: self.get(f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims/{claim}"),
+            lambda: self.get(kube.PVC.path(NAMESPACE, claim)),
             120,
             f"CDI's claim {claim}",
         )
         size = parse_bytes(str(pvc["spec"]["resources"]["requests"]["storage"]), field=f"PVC {claim}")
         mode = pvc["spec"].get("volumeMode") or "Filesystem"
         volume = volumes.make_volume(self.paths, size, mode, "ext4")
-        self.post(volume.persistent_volume(claim=(NAMESPACE, claim)), "/api/v1/persistentvolumes")
+        self.post(volume.persistent_volume(claim=(NAMESPACE, claim)), PERSISTENT_VOLUMES.path())
         return volume
 
 
@@ -270,7 +280,7 @@ def install_chart(demo: Demo, helm: str, image: str) -> None:
     def ready() -> dict[str, Any] | None:
         listing = (
             demo.get(
-                f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods?labelSelector=app.kubernetes.io/name%3Duds-vm-operator"
+                kube.POD.path(OPERATOR_NAMESPACE), {"labelSelector": "app.kubernetes.io/name=uds-vm-operator"}
             )
             or {}
         )
@@ -298,7 +308,7 @@ def prep_and_apply(demo: Demo, keys: tuple[Path, str]) -> dict[str, Any]:
     report = dict(json.loads(done.stdout))
     real("uds-vmctl prep", f"{report['format']} image, {report['sha256'][:23]}..., PVC {report['pvc_size']}")
     record = yaml.safe_load((out / f"{VM_NAME}.image-record.configmap.yaml").read_text(encoding="utf-8"))
-    demo.apply(record, f"/api/v1/namespaces/{NAMESPACE}/configmaps/{record['metadata']['name']}")
+    demo.apply(record, kube.CONFIG_MAP.path(NAMESPACE, record["metadata"]["name"]))
     vm = yaml.safe_load((out / f"{VM_NAME}.udsvm.yaml").read_text(encoding="utf-8"))
     vm["spec"]["disk"].update({"storageClassName": "udsvm-local", "volumeMode": "Filesystem"})
     # No resources declared: the operator's Linux default (one vCPU, 1Gi), as every node test guest boots.
@@ -319,7 +329,7 @@ def prep_and_apply(demo: Demo, keys: tuple[Path, str]) -> dict[str, Any]:
             }
         ]
     }
-    demo.apply(vm, f"/apis/uds.dev/v1alpha1/namespaces/{NAMESPACE}/udsvirtualmachines/{VM_NAME}")
+    demo.apply(vm, kube.UDS_VM.path(NAMESPACE, VM_NAME))
     say(f"applied UDSVirtualMachine {NAMESPACE}/{VM_NAME} (upload, declared {report['sha256'][:23]}...)")
     return report
 
@@ -330,15 +340,13 @@ def upload(demo: Demo) -> None:
     scratch: list[volumes.LocalVolume] = []
 
     def upload_ready() -> bool:
-        if not scratch and demo.get(
-            f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims/{DV_NAME}-scratch"
-        ):
+        if not scratch and demo.get(kube.PVC.path(NAMESPACE, f"{DV_NAME}-scratch")):
             scratch.append(demo.provision(f"{DV_NAME}-scratch"))
         return (demo.datavolume().get("status") or {}).get("phase") == "UploadReady"
 
     wait(upload_ready, 300, f"CDI's upload server for {DV_NAME} (DataVolume UploadReady)")
-    service = demo.get("/api/v1/namespaces/cdi/services/cdi-uploadproxy") or {}
-    bundle = demo.get("/api/v1/namespaces/cdi/configmaps/cdi-uploadproxy-signer-bundle") or {}
+    service = demo.get(kube.SERVICE.path("cdi", "cdi-uploadproxy")) or {}
+    bundle = demo.get(kube.CONFIG_MAP.path("cdi", "cdi-uploadproxy-signer-bundle")) or {}
     ca = demo.workdir / "uploadproxy-ca.pem"
     ca.write_text(bundle["data"]["ca-bundle.crt"], encoding="utf-8")
     url = f"https://{service['spec']['clusterIP']}:443"
@@ -360,7 +368,7 @@ def upload(demo: Demo) -> None:
 
 def watch_verifier(demo: Demo) -> None:
     def terminated() -> dict[str, Any] | None:
-        pod = demo.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{VM_NAME}-verify") or {}
+        pod = demo.get(kube.POD.path(NAMESPACE, verifier_pod_name(VM_NAME))) or {}
         statuses = pod.get("status", {}).get("containerStatuses") or []
         return pod if statuses and "terminated" in statuses[0].get("state", {}) else None
 
@@ -390,9 +398,7 @@ def boot(demo: Demo, admin: int, key: Path, applied_at: float) -> str:
     real(
         "KubeVirt", f"VMI {VM_NAME} Running on {vmi['status'].get('nodeName')} (virt-handler, virt-launcher)"
     )
-    pods = (
-        demo.get(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=kubevirt.io%3Dvirt-launcher") or {}
-    ).get("items") or []
+    pods = (demo.get(kube.POD.path(NAMESPACE), LAUNCHER_PODS) or {}).get("items") or []
     address = str(pods[0]["status"]["podIP"])
     with console.status("waiting for the guest's sshd, then cloud-init's final stage (QEMU emulation)"):
         asked_at = time.monotonic()
@@ -451,7 +457,7 @@ def packets(demo: Demo, admin: int, address: str, key: Path) -> None:
     outsider = demo.busybox_pod(OUTSIDER_NAMESPACE, "outsider", {"app": "outsider"})
     if not probes.tcp_blocked(outsider, address, 22):
         raise DemoError(f"a pod in {OUTSIDER_NAMESPACE} reached the guest's sshd")
-    real("kube-router", f"{OUTSIDER_NAMESPACE}/outsider -> {address}:22 blocked ({VM_NAME}-netpol)")
+    real("kube-router", f"{OUTSIDER_NAMESPACE}/outsider -> {address}:22 blocked ({netpol_name(VM_NAME)})")
     real(
         "kube-router",
         f"{NAMESPACE}/admin -> {address}:22 {probes.tcp(admin, address, 22)} (the declared allow)",
@@ -539,20 +545,20 @@ def remove_demo(state_dir: Path) -> str:
         # The operator still runs: it lets the VM go (its finalizer), and KubeVirt shuts the guest down.
         client.request(
             "DELETE",
-            f"/apis/uds.dev/v1alpha1/namespaces/{NAMESPACE}/udsvirtualmachines",
+            kube.UDS_VM.path(NAMESPACE),
             what="delete the demo's VMs",
         )
         for namespace in (NAMESPACE, OUTSIDER_NAMESPACE):
             client.request(
                 "DELETE",
-                f"/api/v1/namespaces/{namespace}/pods",
+                kube.POD.path(namespace),
                 params={"labelSelector": "!kubevirt.io"},  # the probe pods; the launcher goes with its VM
                 what="delete the demo's probe pods",
             )
         wait(lambda: no_pods(client, NAMESPACE, OUTSIDER_NAMESPACE), 300, "the demo's VM and pods to stop")
         laps.lap("VM stopped")
         for namespace in (NAMESPACE, OUTSIDER_NAMESPACE):
-            client.request("DELETE", f"/api/v1/namespaces/{namespace}", what="delete namespace")
+            client.request("DELETE", NAMESPACES.path(name=namespace), what="delete namespace")
         kubeconfig = str(state_dir / "kubeconfig")
         helm = helm_binary()
         command(
@@ -569,12 +575,12 @@ def remove_demo(state_dir: Path) -> str:
             "helm uninstall",
         )
         wait(lambda: no_pods(client, OPERATOR_NAMESPACE), 300, "the operator's pods to stop")
-        client.request("DELETE", f"/api/v1/namespaces/{OPERATOR_NAMESPACE}", what="delete namespace")
+        client.request("DELETE", NAMESPACES.path(name=OPERATOR_NAMESPACE), what="delete namespace")
         laps.lap("helm uninstall")
 
         def gone() -> bool:
             return all(
-                client.request("GET", f"/api/v1/namespaces/{n}", what="namespace") is None
+                client.request("GET", NAMESPACES.path(name=n), what="namespace") is None
                 for n in (NAMESPACE, OUTSIDER_NAMESPACE, OPERATOR_NAMESPACE)
             )
 
@@ -593,7 +599,7 @@ def remove_demo(state_dir: Path) -> str:
 def no_pods(client: KubeClient, *namespaces: str) -> bool:
     """True once none of the namespaces holds a pod that has not ended."""
     for namespace in namespaces:
-        listing = client.request("GET", f"/api/v1/namespaces/{namespace}/pods", what="list pods") or {}
+        listing = client.request("GET", kube.POD.path(namespace), what="list pods") or {}
         for pod in listing.get("items") or []:
             if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
                 return False
@@ -601,7 +607,7 @@ def no_pods(client: KubeClient, *namespaces: str) -> bool:
 
 
 def print_table(demo: Demo) -> None:
-    listing = demo.get(f"/apis/uds.dev/v1alpha1/namespaces/{NAMESPACE}/udsvirtualmachines") or {}
+    listing = demo.get(kube.UDS_VM.path(NAMESPACE)) or {}
     table = Table(box=None, header_style="bold", pad_edge=False)
     for column in ("NAME", "PHASE", "SOURCE", "PVC-SIZE", "CHECKSUM-VERIFIED", "ZERO-TRUST", "AGE"):
         table.add_column(column)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.metadata
+import re
+from pathlib import Path
 
 import pytest
 
@@ -67,3 +69,19 @@ def test_any_patch_release_of_a_tested_series_is_accepted(version: str) -> None:
 def test_an_untested_kopf_stops_the_start_with_what_to_install(version: str) -> None:
     with pytest.raises(UnsupportedKopfError, match=rf"kopf {version} is installed.*pip install"):
         check_kopf_version(version)
+
+
+def test_no_api_path_is_written_outside_runtime() -> None:
+    """Issue 36: the operator, the CLI and the demo take every URL from the kind registry, so an API group
+    or version moves in one place. The runtime builds paths; nothing else spells one."""
+    root = Path(__file__).resolve().parents[2]
+    package = root / "src" / "uds_vm_operator"
+    sources = [p for p in package.rglob("*.py") if "runtime" not in p.relative_to(package).parts]
+    sources.append(root / "tools" / "demo.py")
+    spelled = [
+        f"{path.relative_to(root)}:{number}"
+        for path in sources
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"[\"'/]apis?/", line) and "/v1" in line
+    ]
+    assert len(sources) > 100 and not spelled, spelled
