@@ -78,9 +78,11 @@ node-down: ## stop the real node and remove everything it made (processes, mount
 
 # `make test` prepares in three phases, because cold CI on two cores depends on it:
 #  1. the Debian packages, one script after another (apt and dpkg take one lock);
-#  2. every build and download at once (TEST_JOBS): Go builds, mmdebstrap images and module downloads overlap, and the
-#     chains that share Go build cache entries stay in order (envtest-bins before node-bins, cdi-bins before cdi-images);
-#  3. the checks (lint, generated-file drift, the dependency floors), then every test tier.
+#  2. every build and download the node tier needs at once (TEST_JOBS): Go builds, mmdebstrap images and module
+#     downloads overlap, and the chains that share Go build cache entries stay in order (envtest-bins before
+#     node-bins, cdi-bins before cdi-images);
+#  3. tools/run_test_tiers.py: the node tier, and beside it the other tiers' builds, the checks (lint, generated-file
+#     drift, the dependency floors, the chart scan), then every other tier.
 TEST_JOBS ?= 3
 .PHONY: test-packages test-builds node-tier-builds other-tier-builds test-checks
 test-packages: system-deps node-deps guest-deps image-deps ## the Debian packages every test tier needs (one after another)
@@ -137,7 +139,7 @@ demo: install ## the main job, all real: a Debian image prepped, uploaded throug
 	$(PY) -m tools.demo $(DEMO_ARGS)
 
 .PHONY: demo-builds
-demo-builds: envtest-bins node-bins helm-bin kubevirt-images cdi-images guest-image ## every build the demo needs (run in parallel by `make demo`, as `make test` runs test-builds)
+demo-builds: envtest-bins node-bins helm-bin kubevirt-images cdi-images guest-image ## every build the demo needs (run in parallel by `make demo`, as `make test` runs node-tier-builds)
 
 # --- Real CDI on the real node (issue 15; tools/cdi, ADR 0007) ---
 .PHONY: cdi-bins cdi-images cdi-up cdi-down test-cdi-images
