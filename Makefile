@@ -10,7 +10,7 @@ KUBECONFIG_OUT := $(ENVTEST_DIR)/kubeconfig
 .PHONY: help install system-deps envtest-bins helm-bin zarf-schema zarf-bin zarf-build zarf-init-package deploy-check compliance-check \
         crds crds-check lint typecheck test test-unit test-images \
         test-integration test-node bench demo cluster-up cluster-down node-deps node-bins node-up node-down clean \
-        guest-deps guest-image \
+        guest-deps guest-image tiny-guest-image \
         image-deps image-registry image-registry-down base-images image lock lock-check provenance-bins test-build test-floors
 
 help: ## show this help
@@ -89,7 +89,7 @@ test-packages: system-deps node-deps guest-deps image-deps ## the Debian package
 
 test-builds: node-tier-builds other-tier-builds ## every build the test tiers need
 
-node-tier-builds: envtest-bins node-bins kubevirt-images helm-bin zarf-schema zarf-bin guest-image cdi-images prometheus-image provenance-bins s3-bin ## what `make test` builds (in parallel) before the node tier starts
+node-tier-builds: envtest-bins node-bins kubevirt-images helm-bin zarf-schema zarf-bin guest-image tiny-guest-image cdi-images prometheus-image provenance-bins s3-bin ## what `make test` builds (in parallel) before the node tier starts
 
 other-tier-builds: go-anchor scan-bins ## built by `make test` beside the node tier, before the checks and the other tiers (tools/run_test_tiers.py)
 
@@ -107,7 +107,10 @@ guest-deps: ## install the Debian packages the guest tier needs (QEMU, mmdebstra
 guest-image: install guest-deps ## build (or reuse) the Debian guest image into .envtest/guest (cached by input hash)
 	@tools/guest/image.sh >/dev/null
 
-test-guest: install envtest-bins guest-image ## guest tier only (boots Debian guests under QEMU)
+tiny-guest-image: guest-deps ## build (or reuse) the tiny test guest (kernel + busybox, dropbear, qemu-guest-agent) into .envtest/guest
+	@tools/guest/tiny-image.sh >/dev/null
+
+test-guest: install envtest-bins guest-image tiny-guest-image ## guest tier only (boots Debian guests under QEMU)
 	$(PY) -m pytest -q tests/guest
 
 test-unit: install ## unit tier only (fast)
@@ -119,7 +122,7 @@ test-images: install system-deps ## image tier only (needs qemu-img)
 test-integration: install envtest-bins helm-bin scan-bins go-anchor ## integration tier only (real control plane; the Go anchor smoke test)
 	$(PY) -m pytest -q tests/integration
 
-test-node: install node-deps node-bins kubevirt-images guest-image prometheus-image helm-bin zarf-bin ## real-node tier only (kubelet, containerd, CNI, policies, the operator's image)
+test-node: install node-deps node-bins kubevirt-images guest-image tiny-guest-image prometheus-image helm-bin zarf-bin ## real-node tier only (kubelet, containerd, CNI, policies, the operator's image)
 	$(PY) -m pytest -q tests/node
 
 bench: install system-deps envtest-bins go-anchor guest-image ## run the benchmarks; JSON results land in bench/results/

@@ -42,18 +42,47 @@ from types import FrameType
 from typing import IO
 
 from tools.cpu_groups import SESSION_SHARES, CpuGroup, machine_busy_seconds, make_group
+from tools.guest_census import GuestCensus
 
 ROOT = Path(__file__).resolve().parents[1]
+TIER_TIMES_ENV = "UDS_TIER_TIMES"
+"""Where every pytest process appends each test phase's seconds under its tier (tests/conftest.py)."""
 HEARTBEAT_S = 120.0
 STOP_GRACE_S = 120.0  # for the node tier's teardown (node-down, cdi-down) after a SIGTERM
 
+SECOND_NODE_LANE = [
+    "tests/node/cdi/test_cdi_kubevirt_boot.py",
+    "tests/node/cdi/test_cdi_upload.py",
+    "tests/node/cdi/test_cdi_upload_faults.py",
+    "tests/node/cdi/test_cdi_http_import.py",
+    "tests/node/cdi/test_cdi_sizing.py",
+    "tests/node/test_node_basics.py",
+    "tests/node/test_network_policy_packets.py",
+    "tests/node/test_kubevirt_launcher_packets.py",
+    "tests/node/test_verifier_real_volumes.py",
+    "tests/node/test_kubevirt_admission.py",
+]
+"""The node tests the second node lane runs, on the first lane's node (tests/node/lanes.py says what waits
+for what). Chosen so both lanes end together: each guest boot under software emulation is one lane's wait."""
 # name -> pytest arguments. Together they cover `tests` exactly once.
-# The node tier is the long one (every VM boots under software emulation), so it runs alone; the unit tier
-# goes with the others, whose run is about half as long.
+# The node tier is the long one (every VM boots under software emulation), so it runs in two lanes on one
+# node; the unit tier goes with the others, whose run is about half as long.
 GROUPS: dict[str, list[str]] = {
-    "node": ["tests/node"],
+    "node": ["tests/node", *(f"--ignore={path}" for path in SECOND_NODE_LANE)],
+    "node, second lane": SECOND_NODE_LANE,
     "the other tiers": ["tests", "--ignore=tests/node"],
 }
+NODE_LANES = {"node": "first", "node, second lane": "second"}
+"""group -> its lane on the node (UDS_NODE_LANE); both get the same marker folder (UDS_NODE_LANES)."""
+LANES_ENV = "UDS_NODE_LANES"
+LANE_ENV = "UDS_NODE_LANE"
+
+
+def ended_marker(lane: str) -> str:
+    """The marker file written into the lanes' folder once lane ``lane``'s process has ended, however."""
+    return f"{lane}-ended"
+
+
 BEFORE: dict[str, list[list[str]]] = {
     "the other tiers": [
         ["make", "--no-print-directory", "-j2", "--output-sync=target", "other-tier-builds", "test-checks"]
@@ -80,11 +109,18 @@ class Running:
     cpu_group: CpuGroup | None = None
     worst: int = 0
     command: str = ""
+    env: dict[str, str] | None = None
+    ended_file: Path | None = None
 
     def launch(self, command: Sequence[str]) -> None:
         """Start ``command`` as this lane's current process (in its log and cgroup)."""
-        self.process = _popen(command, self.cwd, self.log, self.cpu_group)
+        self.process = _popen(command, self.cwd, self.log, self.cpu_group, self.env)
         self.command = " ".join(command)
+
+    def mark_ended(self) -> None:
+        """Tell the other node lane that this one's process has ended (it never waits for a dead lane)."""
+        if self.ended_file is not None:
+            self.ended_file.write_text(str(self.worst), encoding="utf-8")
 
     def poll(self) -> int | None:
         """None while the lane runs; its exit status (the first non-zero of its commands) once all ended.
@@ -100,6 +136,7 @@ class Running:
         if self.queued:
             self.launch(self.queued.pop(0))
             return None
+        self.mark_ended()
         return self.worst
 
     def interrupt(self) -> None:
@@ -110,11 +147,16 @@ class Running:
 
 
 def _popen(
-    command: Sequence[str], cwd: Path, log: IO[bytes], cpu_group: CpuGroup | None
+    command: Sequence[str],
+    cwd: Path,
+    log: IO[bytes],
+    cpu_group: CpuGroup | None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         list(command),
         cwd=cwd,
+        env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
@@ -129,14 +171,37 @@ def start(
     cwd: Path,
     *,
     cpu_group: CpuGroup | None = None,
+    node_lane: tuple[Path, str] | None = None,
+    tier_times: Path | None = None,
 ) -> Running:
-    """Start a lane's first command; the rest run one after another as each ends (``Running.poll``)."""
+    """Start a lane's first command; the rest run one after another as each ends (``Running.poll``).
+
+    ``node_lane`` (the lanes' marker folder, this lane's name) puts the processes in that node lane."""
     log_path = log_dir / (slug(name) + ".log")
     log = log_path.open("wb")
+    env: dict[str, str] | None = None
+    ended_file = None
+    if tier_times is not None:
+        env = {**os.environ, TIER_TIMES_ENV: str(tier_times)}
+    if node_lane is not None:
+        folder, lane = node_lane
+        folder.mkdir(parents=True, exist_ok=True)
+        env = {**(env or os.environ), LANES_ENV: str(folder), LANE_ENV: lane}
+        ended_file = folder / ended_marker(lane)
     first, *rest = [list(command) for command in commands]
-    process = _popen(first, cwd, log, cpu_group)
+    process = _popen(first, cwd, log, cpu_group, env)
     return Running(
-        name, process, log_path, log, time.monotonic(), cwd, rest, cpu_group, command=" ".join(first)
+        name,
+        process,
+        log_path,
+        log,
+        time.monotonic(),
+        cwd,
+        rest,
+        cpu_group,
+        command=" ".join(first),
+        env=env,
+        ended_file=ended_file,
     )
 
 
@@ -171,6 +236,26 @@ def report_cpu(runs: Sequence[Running], busy_before: float, started: float) -> N
     print("make test: CPU: " + "; ".join(parts), flush=True)
 
 
+def tier_seconds(times: Path) -> dict[str, float]:
+    """Per tier, the seconds its tests' phases took (the file tests/conftest.py appended to)."""
+    totals: dict[str, float] = {}
+    if times.is_file():
+        for line in times.read_text(encoding="utf-8").splitlines():
+            tier, _, seconds = line.partition("\t")
+            try:
+                totals[tier] = totals.get(tier, 0.0) + float(seconds)
+            except ValueError:
+                continue
+    return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+
+def report_run(times: Path, census: GuestCensus) -> None:
+    """What the run cost, for the next change to compare with: each tier's wall time, the boots by kind."""
+    tiers = ", ".join(f"{tier} {seconds / 60:.1f} min" for tier, seconds in tier_seconds(times).items())
+    print(f"make test: tiers (their tests' seconds): {tiers or 'none ran'}", flush=True)
+    print(f"make test: guest boots by kind: {census.line()}", flush=True)
+
+
 def report(run: Running, returncode: int) -> None:
     """Print the finished process's whole log under a header naming it, its time and its exit status."""
     run.log.close()
@@ -191,16 +276,21 @@ def run_all(
     handle_signals: bool = False,
     one_session: frozenset[str] = frozenset(),
     before: dict[str, list[list[str]]] | None = None,
+    node_lanes: dict[str, str] | None = None,
 ) -> int:
     """Start every group, wait for all of them (printing heartbeats), print each log as it ends.
 
     A group named in ``before`` runs those commands first, then its pytest process (one lane, one log).
+    A group named in ``node_lanes`` runs in that lane of the node tier (tests/node/lanes.py).
 
     With ``handle_signals`` (the command line), SIGINT/SIGTERM are passed on to the pytest processes
     before this one exits, so nothing they started outlives an interrupted `make test`.
     """
     log_dir.mkdir(parents=True, exist_ok=True)
     busy_before, started = machine_busy_seconds(), time.monotonic()
+    lanes_folder = log_dir / "node-lanes"
+    times = log_dir / "tier-times.tsv"
+    census = GuestCensus().start()
     runs = [
         start(
             name,
@@ -208,6 +298,8 @@ def run_all(
             log_dir,
             cwd,
             cpu_group=session_group(name) if name in one_session else None,
+            node_lane=(lanes_folder, (node_lanes or {})[name]) if name in (node_lanes or {}) else None,
+            tier_times=times,
         )
         for name, args in groups.items()
     ]
@@ -222,6 +314,9 @@ def run_all(
                 run.process.wait(timeout=STOP_GRACE_S)
             except subprocess.TimeoutExpired:
                 run.process.kill()
+            run.mark_ended()
+        census.stop()
+        report_run(times, census)
         report_cpu(runs, busy_before, started)
         raise SystemExit(128 + signum)
 
@@ -249,6 +344,8 @@ def run_all(
             load = os.getloadavg()[0]  # how busy the 2 cores were: says whether a slow tier waited or worked
             print(f"make test: still running: {still}; load {load:.1f}", flush=True)
         time.sleep(1.0)
+    census.stop()
+    report_run(times, census)
     report_cpu(runs, busy_before, started)
     return status
 
@@ -268,6 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         handle_signals=True,
         one_session=ONE_SESSION,
         before=BEFORE,
+        node_lanes=NODE_LANES,
     )
 
 

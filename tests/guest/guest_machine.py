@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -115,6 +116,7 @@ class Guest:
     seed: Path
     accelerator: Accelerator
     guestfwd: str | None = None
+    vcpus: str = GUEST_VCPUS
     port: int = 0
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
@@ -128,6 +130,11 @@ class Guest:
     @property
     def agent_socket(self) -> Path:
         return self.workdir / "qga.sock"
+
+    @property
+    def monitor_socket(self) -> Path:
+        """QEMU's own monitor (QMP): the host side of the machine, e.g. its ACPI power button."""
+        return self.workdir / "qmp.sock"
 
     def agent(self) -> GuestAgent:
         """A client for this guest's qemu-guest-agent (connect it before use)."""
@@ -146,7 +153,7 @@ class Guest:
         argv = [
             "qemu-system-x86_64",
             *accel,
-            "-smp", GUEST_VCPUS, "-m", "1024", "-nodefaults", "-display", "none", "-no-user-config",
+            "-smp", self.vcpus, "-m", "1024", "-nodefaults", "-display", "none", "-no-user-config",
             "-serial", f"file:{self.console}",
             "-drive", f"file={overlay},if=virtio,format=qcow2",
             "-drive", f"file={self.seed},if=virtio,format=raw,readonly=on",
@@ -157,12 +164,36 @@ class Guest:
             "-chardev", f"socket,id=qga0,path={self.agent_socket},server=on,wait=off",
             "-device", "virtio-serial-pci",
             "-device", "virtserialport,chardev=qga0,name=org.qemu.guest_agent.0",
+            "-qmp", f"unix:{self.monitor_socket},server=on,wait=off",
         ]  # fmt: skip
         self.started_at = time.monotonic()
         with (self.workdir / "qemu.log").open("wb") as log:
             self.process = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
+
+    def press_power_button(self) -> None:
+        """Press the machine's ACPI power button (QMP ``system_powerdown``), as libvirt does when KubeVirt
+        stops a VM: a guest that handles it powers off, and QEMU exits."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as monitor:
+            monitor.settimeout(30)
+            monitor.connect(str(self.monitor_socket))
+            replies = monitor.makefile("rwb")
+            replies.readline()  # the greeting
+            for command in ("qmp_capabilities", "system_powerdown"):
+                replies.write(json.dumps({"execute": command}).encode() + b"\n")
+                replies.flush()
+                while "return" not in (answer := json.loads(replies.readline())):
+                    if "error" in answer:
+                        raise AssertionError(f"QMP {command}: {answer['error']}")
+
+    def wait_exited(self, timeout_s: float) -> int | None:
+        """QEMU's exit status once the guest powered off (bounded), or None if it still runs."""
+        assert self.process is not None
+        try:
+            return self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
 
     def stop(self) -> None:
         """End the QEMU process this guest started (by its PID, via the Popen handle)."""

@@ -1,11 +1,13 @@
 """Guests that KubeVirt booted on the node, reached as a user would: OpenSSH from a pod's network namespace.
 
-The guest is the project's Debian image (`make guest-image`, the guest tier's image), booted by virt-
-launcher under QEMU's software emulation from a PVC, with the cloud-init NoCloud seed KubeVirt builds from
-the Secret the operator rendered. Its sshd listens on the launcher pod's address (KubeVirt's masquerade
-binding forwards every port to the guest), so a connection from a pod passes the VM's NetworkPolicy exactly
-as any client's would. `ssh` runs the host's OpenSSH client inside that pod's network namespace (nsenter),
-never through a port-forward that would bypass the policy.
+The guest is the project's Debian image (`make guest-image`, the guest tier's image) where the guest's
+contents are the subject, or the tiny test guest (`make tiny-guest-image`: a kernel and an initramfs with
+busybox, bash, dropbear and the QEMU guest agent) where KubeVirt's and the operator's mechanics are (policy
+packets, power, pools); either is booted by virt-launcher under QEMU's software emulation from a PVC, with the
+cloud-init NoCloud seed KubeVirt builds from the Secret the operator rendered. Its sshd listens on the
+launcher pod's address (KubeVirt's masquerade binding forwards every port to the guest), so a connection from
+a pod passes the VM's NetworkPolicy exactly as any client's would. `ssh` runs the host's OpenSSH client inside
+that pod's network namespace (nsenter), never through a port-forward that would bypass the policy.
 """
 
 from __future__ import annotations
@@ -31,11 +33,13 @@ from tools.node.guest_ssh import (
 __all__ = [
     "BOOT_TIMEOUT_S",
     "GUEST_USER",
+    "TINY_GUEST_DISK",
     "GuestKeys",
     "SshResult",
     "boot_id",
     "booted_cloud_init",
     "build_guest_image",
+    "build_tiny_guest_image",
     "guest_dns_lookup",
     "guest_image_fixture",
     "guest_tcp",
@@ -43,6 +47,7 @@ __all__ = [
     "keys_fixture",
     "make_keys",
     "ssh",
+    "tiny_guest_image_fixture",
     "wait_for_login",
 ]
 
@@ -75,6 +80,30 @@ def build_guest_image() -> Path:
     return image
 
 
+TINY_DISK_BYTES = 48 * 1024**2
+"""The tiny guest's raw disk (tools/guest/build-tiny-image.sh: one FAT partition with syslinux, the kernel and
+the initramfs that is its whole system)."""
+TINY_GUEST_DISK = {"virtualSize": TINY_DISK_BYTES, "storageClassName": "udsvm-local"}
+
+
+def build_tiny_guest_image() -> Path:
+    """The raw tiny test guest, built (or reused from the cache) by tools/guest/tiny-image.sh."""
+    done = subprocess.run(
+        [str(ROOT / "tools" / "guest" / "tiny-image.sh")],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"tools/guest/tiny-image.sh failed:\n{done.stderr[-3000:]}", pytrace=False)
+    image = (GUEST_DIR / "tiny.raw").resolve()
+    assert image.stat().st_size == TINY_DISK_BYTES, (
+        f"{image}: not the {TINY_DISK_BYTES}-byte disk TINY_GUEST_DISK declares"
+    )
+    return image
+
+
 def make_keys(directory: Path) -> GuestKeys:
     ops, ops_public = keypair(directory, "ops")
     stranger, _ = keypair(directory, "stranger")
@@ -104,6 +133,13 @@ def booted_cloud_init(keys: GuestKeys, **extra: Any) -> dict[str, Any]:
 def guest_image_fixture() -> Path:
     """The Debian guest image, once per module (import ``guest_image_fixture``; use it as ``guest_image``)."""
     return build_guest_image()
+
+
+@pytest.fixture(scope="module", name="tiny_guest_image")
+def tiny_guest_image_fixture() -> Path:
+    """The tiny test guest, once per module (import ``tiny_guest_image_fixture``; use it as
+    ``tiny_guest_image``): for tests of mechanics, not of the guest's contents."""
+    return build_tiny_guest_image()
 
 
 @pytest.fixture(scope="module", name="keys")

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.node import lanes
 from tests.node.node_cluster import NodeHandle, wait_until
 from tools.envtest.pinned_versions import pinned_versions
 from tools.kubevirt import kubevirt_install
@@ -34,7 +35,15 @@ SHA = "sha256:" + "a" * 64
 
 @pytest.fixture(scope="session", name="kubevirt")
 def kubevirt_fixture(node: NodeHandle) -> NodeHandle:
-    """The node with virt-api and virt-controller running and their webhooks registered."""
+    """The node with virt-api and virt-controller running and their webhooks registered (under `make test`'s
+    two lanes the first lane's node fixture has installed it: tests/node/lanes.py)."""
+    if lanes.lane() is None:
+        install_kubevirt(node)
+    return node
+
+
+def install_kubevirt(node: NodeHandle) -> None:
+    """KubeVirt's images pushed into the node's registry and the whole KubeVirt applied and up."""
     images = subprocess.run(
         [str(ROOT / "tools" / "kubevirt" / "images.sh"), str(node.state_dir)],
         capture_output=True,
@@ -48,7 +57,6 @@ def kubevirt_fixture(node: NodeHandle) -> NodeHandle:
     except kubevirt_install.InstallError as error:
         pytest.fail(f"KubeVirt could not be installed on the node: {error}", pytrace=False)
     print(f"KubeVirt up: {timings}")
-    return node
 
 
 BLANK_DISK_BYTES = 64 * 1024 * 1024

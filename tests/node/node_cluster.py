@@ -167,6 +167,11 @@ def push_operator_image(state_dir: Path, tag: str) -> str:
         raise AssertionError(
             f"the operator image could not be built (tools/images/image.sh): {result.stderr[-3000:]}"
         )
+    return pushed_operator_image(state_dir)
+
+
+def pushed_operator_image(state_dir: Path) -> str:
+    """The operator image the last `push_operator_image` into this node's registry pushed (no push)."""
     pinned = (state_dir / "operator-image").read_text(encoding="utf-8").strip()
     tagged = (state_dir / "operator-image-tag").read_text(encoding="utf-8").strip()
     return f"{tagged}@{pinned.split('@', 1)[1]}"

@@ -1,17 +1,19 @@
 """A pool rolling through guests the real KubeVirt booted, and zero trust on each of them, by packets.
 
 Real: the operator (a host process), the whole KubeVirt v1.8.4 (virt-api and virt-controller make the VMIs and
-the launcher pods, virt-handler starts each domain, the project's Debian guest boots under software emulation
-in the launcher pod), the node that runs those pods, and kube-router enforcing the operator's NetworkPolicy on
-them. Played (kubevirt_node): only CDI's import, which puts the guest image on a real node volume. So the
-packets reach, and leave from, the guest itself: sshd in the guest answers the allowed admin, a listener the
-test starts in the guest is refused to that same admin on a port the policy does not name, and the guest's own
-connections reach only the database port it was given and DNS.
+the launcher pods, virt-handler starts each domain, the project's tiny test guest boots under software
+emulation in the launcher pod: a roll and a policy are KubeVirt's and the operator's mechanics, not the
+guest's contents, so the guest that boots in seconds serves; its users, sshd, bash and agent are proven in
+tests/guest/test_tiny_guest.py), the node that runs those pods, and kube-router enforcing the operator's
+NetworkPolicy on them. Played (kubevirt_node): only CDI's import, which puts the guest image on a real node
+volume. So the packets reach, and leave from, the guest itself: sshd in the guest answers the allowed admin, a
+listener the test starts in the guest is refused to that same admin on a port the policy does not name, and
+the guest's own connections reach only the database port it was given and DNS.
 
 Each member is a UDSVirtualMachine like any other (the pool only declares them), so its booted guest is where
 the policy is proven; a VM declared on its own is proven the same way by the demo's SC-7 stage (test_zy_demo).
-The members' launcher pods carry the pool label, and a policy of the user's on another pod that
-admits only `uds.dev/pool: web` lets them through while it refuses a pod without the label.
+The members' launcher pods carry the pool label, and a policy of the user's on another pod that admits only
+`uds.dev/pool: web` lets them through while it refuses a pod without the label.
 
 Every "blocked" is held against an "allowed" to the same listener (and the listener is first reached from
 inside the guest), so a policy engine that blocked everything, or a guest that listened on nothing, fails.
@@ -29,15 +31,16 @@ import pytest
 from tests.background_loop import BackgroundLoop
 from tests.integration.operator_harness import Api, OperatorProcess
 from tests.integration.pool_play import ReadyWatcher, members_path, pool_path
-from tests.node.kubevirt_guest import (  # noqa: F401 (guest_image_fixture, keys_fixture: shared fixtures)
+from tests.node.kubevirt_guest import (  # noqa: F401 (tiny_guest_image_fixture, keys_fixture: shared fixtures)
     GUEST_USER,
+    TINY_GUEST_DISK,
     GuestKeys,
     booted_cloud_init,
     guest_dns_lookup,
-    guest_image_fixture,
     guest_tcp,
     keys_fixture,
     ssh,
+    tiny_guest_image_fixture,
     wait_for_login,
 )
 from tests.node.kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the session fixture)
@@ -63,7 +66,6 @@ NETWORK = {
         {"direction": "Ingress", "podSelector": {"matchLabels": {"app": "admin"}}, "ports": [{"port": 22}]},
     ]
 }
-GUEST_DISK = {"virtualSize": 2 * 1024**3, "storageClassName": "udsvm-local"}
 UNLISTED_PORT = 8080
 KUBE_DNS_NAME = "kube-dns.kube-system.svc.cluster.local"
 """A port the test opens inside the guest and the policy does not name."""
@@ -71,7 +73,7 @@ KUBE_DNS_NAME = "kube-dns.kube-system.svc.cluster.local"
 
 def booted_spec(keys: GuestKeys) -> dict[str, Any]:
     """A UDSVirtualMachine spec whose guest boots: the guest image's size, the declared user, NETWORK."""
-    return {**udsvm_spec(), "disk": GUEST_DISK, "network": NETWORK, "cloudInit": booted_cloud_init(keys)}
+    return {**udsvm_spec(), "disk": TINY_GUEST_DISK, "network": NETWORK, "cloudInit": booted_cloud_init(keys)}
 
 
 @pytest.fixture
@@ -119,9 +121,10 @@ def booted_launcher(
 def assert_isolated(node: NodeHandle, pod: dict[str, Any], peers: Peers, keys: GuestKeys) -> None:
     """The policy of NETWORK, by packets to and from the booted guest of a launcher pod."""
     ip = pod["status"]["podIP"]
-    # Wait (bounded, 60 s) until the listener accepts: python3 starts slowly under software emulation.
+    # A listener of the guest's own (busybox's httpd, which detaches itself), waited for (bounded, 60 s)
+    # until it accepts.
     listen = (
-        f"nohup python3 -m http.server {UNLISTED_PORT} >/dev/null 2>&1 & "
+        f"busybox httpd -p {UNLISTED_PORT} -h /tmp; "
         f"for i in $(seq 60); do (exec 3<>/dev/tcp/127.0.0.1/{UNLISTED_PORT}) 2>/dev/null && break; "
         "sleep 1; done; "
         "echo started"
@@ -232,14 +235,21 @@ def running_vmis(node: NodeHandle, namespace: str) -> dict[str, str]:
     return out
 
 
-@pytest.mark.timeout(1800)  # five boots in sequence under TCG, ~4 min each on a loaded machine: > 600 s
+@pytest.mark.timeout(
+    1800
+)  # five boots in sequence under TCG with the KubeVirt and operator steps between: > 600 s
 def test_a_pool_rolls_through_booted_guests_and_its_members_stay_isolated(  # noqa: PLR0917 (fixtures)
-    kubevirt: NodeHandle, operator: OperatorProcess, ns: str, peers: Peers, guest_image: Path, keys: GuestKeys
+    kubevirt: NodeHandle,
+    operator: OperatorProcess,
+    ns: str,
+    peers: Peers,
+    tiny_guest_image: Path,
+    keys: GuestKeys,
 ) -> None:
     """Ready means the guest answers its agent: the roll surges a member, waits for its guest to boot, then
     replaces an old one; the Ready floor holds with real boots."""
     node = kubevirt
-    with Players(node, ns, guest_image):
+    with Players(node, ns, tiny_guest_image):
         node.api.create(pool(ns, keys), pool_path(ns))
         first = waited(node, ns, "the pool rolled out", lambda: rolled_out(node, ns), 1200)
         before = waited(

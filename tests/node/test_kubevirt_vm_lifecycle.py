@@ -3,9 +3,11 @@
 The operator runs as a host process; KubeVirt is real end to end: virt-controller writes the VM's status and
 makes the VMI and the virt-launcher pod, virt-handler starts the domain in it and reports the VMI Running,
 libvirt runs QEMU under software emulation and the guest boots; virt-api serves the restart subresource.
-Played: only CDI (the test puts the project's Debian guest image on a real node volume as CDI's import would
-leave it, and reports the DataVolume Succeeded; CDI verified the declared sha256 on the way, so the operator
-releases the VM without its own verifier pod). Real CDI with our verifier is booted in tests/node/cdi.
+Played: only CDI (the test puts the tiny test guest's disk on a real node volume as CDI's import would leave
+it, and reports the DataVolume Succeeded; CDI verified the declared sha256 on the way, so the operator
+releases the VM without its own verifier pod). Power is KubeVirt's mechanics, not the guest's contents, so the
+guest that boots in seconds serves (tests/guest/test_tiny_guest.py proves what it does). Real CDI with our
+verifier is booted in tests/node/cdi.
 """
 
 from __future__ import annotations
@@ -21,11 +23,12 @@ import pytest
 
 from tests.integration.operator_harness import OperatorProcess
 from tests.node.kubevirt_guest import (  # noqa: F401 (shared fixtures)
+    TINY_GUEST_DISK,
     GuestKeys,
     boot_id,
     booted_cloud_init,
-    guest_image_fixture,
     keys_fixture,
+    tiny_guest_image_fixture,
     wait_for_login,
 )
 from tests.node.kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the session fixture)
@@ -45,8 +48,6 @@ from tests.node.node_cluster import NodeHandle, running_operator, wait_until
 UDS_VM_API = "/apis/uds.dev/v1alpha1"
 
 
-GUEST_DISK = {"virtualSize": 2 * 1024**3, "storageClassName": "udsvm-local"}
-"""The guest image's virtual size (tools/guest/build-image.sh makes a 2 GiB raw disk)."""
 SSH_FROM_ADMIN = {
     "allow": [
         {"direction": "Ingress", "podSelector": {"matchLabels": {"app": "admin"}}, "ports": [{"port": 22}]}
@@ -238,16 +239,16 @@ def test_power_restart_stop_start_through_the_real_kubevirt(
     kubevirt: NodeHandle,
     operator: OperatorProcess,
     ns: str,
-    guest_image: Path,
+    tiny_guest_image: Path,
     keys: GuestKeys,
 ) -> None:
     """restart, stop and start as a user gives them, acted on by the real virt-api, virt-controller and
     virt-handler: each start is a new boot of the guest, seen from inside it (a new kernel boot id)."""
     node = kubevirt
     admin = node.container_pid(node.client_pod(ns, "admin", {"app": "admin"}))
-    spec = {"disk": GUEST_DISK, "network": SSH_FROM_ADMIN, "cloudInit": booted_cloud_init(keys)}
+    spec = {"disk": TINY_GUEST_DISK, "network": SSH_FROM_ADMIN, "cloudInit": booted_cloud_init(keys)}
     node.api.create(udsvm(ns, **spec), f"{UDS_VM_API}/namespaces/{ns}/udsvirtualmachines")
-    play_cdi_import(node, ns, "web-dv", guest_image)
+    play_cdi_import(node, ns, "web-dv", tiny_guest_image)
     first, first_boot = guest_boot(node, ns, admin, keys, set())
     vm_uid = node.api.get(vm_path(ns, "web"))["metadata"]["uid"]  # type: ignore[index]
 

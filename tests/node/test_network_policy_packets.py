@@ -16,12 +16,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.node.node_cluster import NodeHandle, wait_until
 from tools.node import node_configs as cfg
 from tools.node import probes
 from uds_vm_operator.api import parse_vm_spec
 from uds_vm_operator.render import ClusterFacts, Owner, render_children
 from uds_vm_operator.render.verifier import render_verifier_network_policy
+
+# Indifferent to CDI (tests/node/lanes.py): pods and NetworkPolicies only: no DataVolume, no virt-api.
+pytestmark = pytest.mark.cdi_indifferent
 
 BASE: dict[str, Any] = {"source": {"upload": {}}, "disk": {"virtualSize": "1Gi"}}
 

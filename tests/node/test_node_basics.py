@@ -4,9 +4,14 @@ machine."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.node.node_cluster import NodeHandle, wait_until
 from tools.node import node_configs as cfg
 from tools.node import probes
+
+# Indifferent to CDI (tests/node/lanes.py): pods and Services only: no DataVolume, no virt-api.
+pytestmark = pytest.mark.cdi_indifferent
 
 
 def test_a_pod_is_scheduled_pulled_from_the_local_registry_and_reachable(node: NodeHandle, ns: str) -> None:

@@ -21,6 +21,10 @@ from tests.integration.test_deploy_helm import helm_path
 from tests.node.node_cluster import NodeHandle, push_operator_image, wait_until
 from tools.node import probes
 
+# Alone on the node (tests/node/lanes.py): the chart installs a cluster-wide ValidatingAdmissionPolicy
+# and ClusterRoles.
+pytestmark = pytest.mark.alone_on_the_node
+
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE = "uds-vm-operator"
 RESTRICTED = {

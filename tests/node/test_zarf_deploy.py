@@ -36,6 +36,10 @@ import yaml
 
 from tests.node.node_cluster import NodeHandle, wait_until
 
+# Alone on the node (tests/node/lanes.py): `zarf init` labels every namespace and its agent mutates the
+# pods of every namespace made after it.
+pytestmark = pytest.mark.alone_on_the_node
+
 # Zarf names a package after the architecture it is built for (Go's names).
 ZARF_ARCH = {"x86_64": "amd64", "aarch64": "arm64"}[platform.machine()]
 

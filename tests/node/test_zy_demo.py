@@ -22,6 +22,10 @@ from tests.node.node_cluster import NodeHandle
 from tools.envtest import processes
 from tools.node.node import log_tail
 
+# Alone on the node (tests/node/lanes.py): the demo installs CDI, KubeVirt and the chart, and removes
+# what it added.
+pytestmark = pytest.mark.alone_on_the_node
+
 ROOT = Path(__file__).resolve().parents[2]
 # Bounds the whole demo on the tier's node: a warm demo takes about 4 min on a quiet machine, but it installs
 # CDI, KubeVirt and the chart again and boots under TCG after 50 min of other tests (the last CI: > 600 s).

@@ -19,11 +19,16 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from tests.node.node_cluster import NodeHandle, load_handle, wait_until
 from tools.envtest.processes import ProcessRecord
 from tools.node import host_baseline, probes
 from tools.node import node as node_launcher
 from tools.node import node_configs as cfg
+
+# Alone on the node (tests/node/lanes.py): it crashes and stops the node.
+pytestmark = pytest.mark.alone_on_the_node
 
 CRASH_DEATH_TIMEOUT_S = 30.0
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Debian packages the guest tier needs: QEMU (boot), mmdebstrap + syslinux + dosfstools/mtools + fdisk (image
+# Debian packages the guest tier needs: QEMU (boot), mmdebstrap + syslinux + dosfstools/mtools + fdisk + cpio (image
 # build), xorriso (the NoCloud `cidata` ISO), openssh-client (the attacker), cloud-init (only for
 # `cloud-init schema`), gpg + dpkg-deb (the signed loopback apt mirror). In this container nothing starts at install: /usr/sbin/policy-rc.d exits 101 and there
 # is no systemd; where a systemd host runs this, /etc/cloud/cloud-init.disabled keeps cloud-init off at boot.
 set -euo pipefail
 need=(qemu-system-x86_64:qemu-system-x86 qemu-img:qemu-utils mmdebstrap:mmdebstrap syslinux:syslinux
       mkfs.vfat:dosfstools mcopy:mtools sfdisk:fdisk xorrisofs:xorriso ssh:openssh-client
-      ssh-keygen:openssh-client cloud-init:cloud-init gpg:gpg dpkg-deb:dpkg)
+      ssh-keygen:openssh-client cloud-init:cloud-init gpg:gpg dpkg-deb:dpkg cpio:cpio)
 missing=()
 for pair in "${need[@]}"; do command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}"); done
 [ -f /usr/lib/syslinux/mbr/mbr.bin ] || missing+=(syslinux-common)

@@ -123,7 +123,8 @@ def guest_dns_lookup(pid: int, host: str, key: Path, name: str, server: str) -> 
     address, or "failed".
 
     A raw query, because the guest's resolver (systemd-resolved) sends ``.local`` names, cluster names
-    included, to mDNS only, never to a DNS server: a name lookup would prove nothing about the policy.
+    included, to mDNS only, never to a DNS server: a name lookup would prove nothing about the policy. The
+    tiny test guest has no Python: there busybox's nslookup sends the same query straight to ``server``.
     """
     labels = "+".join(f"bytes([{len(part)}])+{part.encode()!r}" for part in name.split("."))
     script = (
@@ -137,7 +138,12 @@ def guest_dns_lookup(pid: int, host: str, key: Path, name: str, server: str) -> 
     )
     answer = "failed"
     for _ in range(5):  # UDP: a lost datagram on a loaded machine is not a refusal (bounded: 5 x 3 s)
-        result = ssh(pid, host, GUEST_USER, key, f'python3 -c "{script}" 2>/dev/null || echo failed')
+        command = (
+            f'if command -v python3 >/dev/null; then python3 -c "{script}" 2>/dev/null || echo failed; '
+            f"else timeout 3 busybox nslookup -type=a {name} {server} 2>/dev/null "
+            "| awk '/^Address/ && NR > 2 {a=$NF} END {print a ? a : \"failed\"}'; fi"
+        )
+        result = ssh(pid, host, GUEST_USER, key, command)
         answer = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "failed"
         if answer != "failed":
             break

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.node import lanes
 from tests.node.cdi_support import ROOT, ensure_cdi
 from tests.node.node_cluster import NodeHandle
 from tools.cdi.install import is_cdi_hook
@@ -38,17 +39,30 @@ def _left_behind(node: NodeHandle) -> list[str]:
 
 @pytest.fixture(scope="package")
 def cdi(node: NodeHandle) -> Iterator[NodeHandle]:
-    """The node with the real CDI on it, for this package's tests only."""
-    ensure_cdi(node)
+    """The node with the real CDI on it, for this package's tests only.
+
+    Under `make test`'s two lanes (tests/node/lanes.py) the first lane installed CDI with the node; the
+    second lane says when it is done with it, and the first removes it once both are."""
+    which = lanes.lane()
+    if which is None:
+        ensure_cdi(node)
     yield node
-    subprocess.run(
-        [sys.executable, "-m", "tools.cdi.install", "--state-dir", str(node.state_dir), "--down"],
-        cwd=ROOT,
-        check=True,
-    )
-    assert _left_behind(node) == [], "cdi-down removed everything CDI had installed"
-    crd = node.api.get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/datavolumes.cdi.kubevirt.io")
-    assert crd is not None, "the plane's DataVolume CRD is back for the tests that play CDI"
+    if which == lanes.SECOND:
+        lanes.mark(lanes.CDI_RELEASED)
+        return
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "tools.cdi.install", "--state-dir", str(node.state_dir), "--down"],
+            cwd=ROOT,
+            check=True,
+        )
+        assert _left_behind(node) == [], "cdi-down removed everything CDI had installed"
+        crd = node.api.get(
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/datavolumes.cdi.kubevirt.io"
+        )
+        assert crd is not None, "the plane's DataVolume CRD is back for the tests that play CDI"
+    finally:
+        lanes.mark(lanes.CDI_DOWN)
 
 
 @pytest.fixture
