@@ -1,4 +1,4 @@
-"""tools/guest/tiny/seed: the tiny test guest's reading of the operator's #cloud-config (users, keys, hostname).
+"""tools/guest/tiny/seed: how the tiny test guest reads the operator's #cloud-config (users, keys, hostname).
 
 The guest runs it under busybox; here it runs under the host's sh and awk on the same rendered document, so a
 change to the renderer's layout that the few lines of shell would misread fails here first."""
