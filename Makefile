@@ -98,7 +98,7 @@ test-checks: lint crds-check deploy-check compliance-check lock-check test-floor
 test: install ## install everything, build what the node tier needs (in parallel), then the node tier beside the other builds, the checks and the other tiers
 	@$(MAKE) --no-print-directory test-packages
 	@echo "make test: building with -j$(TEST_JOBS) (each build's log appears when it ends)"
-	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target node-tier-builds
+	@$(PY) -m tools.build_progress --every 30 -- $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target node-tier-builds
 	$(PY) -m tools.run_test_tiers
 
 guest-deps: ## install the Debian packages the guest tier needs (QEMU, mmdebstrap, syslinux, xorriso, cloud-init)
@@ -138,7 +138,7 @@ cluster-down: ## stop the real node (if any) and the local control plane, by rec
 demo: install ## the main job, all real: a Debian image prepped, uploaded through CDI, verified, booted by KubeVirt, hardened, isolated, assessed
 	@$(MAKE) --no-print-directory test-packages
 	@echo "make demo: building with -j$(TEST_JOBS) (warm: only checks; cold: the Go builds and images, progress below)"
-	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=line demo-builds
+	@$(PY) -m tools.build_progress --every 30 -- $(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=line demo-builds
 	$(PY) -m tools.demo $(DEMO_ARGS)
 
 .PHONY: demo-builds

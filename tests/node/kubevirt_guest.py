@@ -32,6 +32,7 @@ from tools.node.guest_ssh import (
 
 __all__ = [
     "BOOT_TIMEOUT_S",
+    "GUEST_DISK",
     "GUEST_USER",
     "TINY_GUEST_DISK",
     "GuestKeys",
@@ -79,6 +80,9 @@ def build_guest_image() -> Path:
     assert image.is_file(), done.stderr
     return image
 
+
+GUEST_DISK = {"virtualSize": 2 * 1024**3, "storageClassName": "udsvm-local"}
+"""The Debian guest image's virtual size (tools/guest/build-image.sh makes a 2 GiB raw disk)."""
 
 TINY_DISK_BYTES = 48 * 1024**2
 """The tiny guest's raw disk (tools/guest/build-tiny-image.sh: one FAT partition with syslinux, the kernel and

@@ -29,6 +29,7 @@ import pytest
 
 from tests.integration.operator_harness import OperatorProcess
 from tests.node.kubevirt_guest import (  # noqa: F401 (guest_image_fixture, keys_fixture: shared fixtures)
+    GUEST_DISK,
     GUEST_USER,
     GuestKeys,
     booted_cloud_init,
@@ -44,7 +45,7 @@ from tests.node.kubevirt_node import (  # noqa: F401 (kubevirt_fixture: the sess
 )
 from tests.node.node_cluster import NodeHandle, running_operator, wait_until
 from tests.node.prometheus_pod import Prometheus, run_prometheus
-from tests.node.test_kubevirt_launcher_packets import GUEST_DISK, booted_launcher
+from tests.node.test_kubevirt_launcher_packets import booted_launcher
 from tools.node import probes
 
 UDS_VM_API = "/apis/uds.dev/v1alpha1"
