@@ -182,7 +182,14 @@ class Demo:
         )
 
     def namespace(self, name: str, labels: dict[str, str]) -> None:
-        if self.get(NAMESPACES.path(name=name)) is None:
+        """Create the namespace; one still being deleted (an earlier run's teardown, a test's) is waited for
+        first, since nothing can be created in it ("it is being terminated")."""
+        existing = self.get(NAMESPACES.path(name=name))
+        if existing is not None and "deletionTimestamp" in existing["metadata"]:
+            say(f"namespace {name} is still being deleted (an earlier run's); waiting for it to go")
+            wait(lambda: self.get(NAMESPACES.path(name=name)) is None, 300, f"namespace {name} to be deleted")
+            existing = None
+        if existing is None:
             self.post(
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}},
                 NAMESPACES.path(),
@@ -571,6 +578,7 @@ def remove_demo(state_dir: Path) -> str:
                 "-n",
                 OPERATOR_NAMESPACE,
                 "--wait",
+                "--ignore-not-found",  # a demo that failed before its helm install has no release
             ],
             "helm uninstall",
         )
@@ -737,8 +745,12 @@ def main(argv: list[str] | None = None) -> int:
             say(f"left running: export KUBECONFIG={state_dir / 'kubeconfig'}  (stop: make cluster-down)")
         elif args.reuse_node:
             with stage("teardown (what the demo added)"):
-                steps = remove_demo(state_dir)
-                say(f"demo namespaces, the chart and CDI removed ({steps}); the node keeps running")
+                try:
+                    steps = remove_demo(state_dir)
+                    say(f"demo namespaces, the chart and CDI removed ({steps}); the node keeps running")
+                except (DemoError, TimeoutError) as error:
+                    console.print(f"[red]demo teardown failed:[/] {error}")
+                    code = 1
         else:
             with stage("teardown (make cluster-down)"):
                 removed = node_launcher.down(state_dir, stop_plane=True)

@@ -85,6 +85,10 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
     inside this one): a lane may wait most of a tier's length for the other."""
     which = lanes.lane()
     try:
+        if which == lanes.SECOND and not lanes.marked(lanes.READY):
+            # The session's node fixture waits for it too, but inside the first test's timeout: here the wait
+            # (the first lane's node, CDI and KubeVirt coming up, minutes) is not charged to that test.
+            lanes.wait_for(lanes.READY, other=lanes.FIRST, why="the first lane's node, CDI and KubeVirt")
         if which == lanes.FIRST:
             if item.get_closest_marker("alone_on_the_node"):
                 lanes.wait_for(

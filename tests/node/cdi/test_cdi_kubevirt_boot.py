@@ -140,6 +140,7 @@ def assert_hardened(admin: int, outsider: int, ip: str, keys: GuestKeys, workdir
     assert probes.tcp_blocked(outsider, ip, 22), "a pod in another namespace reaches the guest's sshd"
 
 
+@pytest.mark.timeout(1200)  # two Debian boots in sequence under TCG, beside the other lane's: > 600 s loaded
 def test_disks_from_the_real_cdi_boot_under_the_real_kubevirt_and_the_hardening_holds(
     cdi: NodeHandle,
     operator: OperatorProcess,
