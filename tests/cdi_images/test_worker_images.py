@@ -191,14 +191,27 @@ def test_images_start_what_cdis_controller_expects(images: Path, name: str, entr
     assert config["User"] == "1001"
 
 
+def run_with_output(container: str, *argv: str, attempts: int = 3) -> subprocess.CompletedProcess[str]:
+    """`buildah run` (chroot isolation) of a command that always prints: run again when it exits 0 having
+    printed nothing. Seen once in CI (2026-12-08, load 10+): `qemu-img --version` in the upload server's
+    image gave an empty stdout with exit 0, where the same call passed in the run before and the `ldd` just
+    before it printed. A binary that is missing or broken still fails every attempt."""
+    done = buildah("run", "--isolation", "chroot", container, "--", *argv)
+    for _ in range(attempts - 1):
+        if done.stdout.strip():
+            break
+        done = buildah("run", "--isolation", "chroot", container, "--", *argv)
+    return done
+
+
 @pytest.mark.parametrize("name", ["cdi-importer", "cdi-uploadserver"])
 def test_the_cgo_binaries_find_libnbd_and_qemu_img_in_their_image(images: Path, name: str) -> None:
     container = buildah("from", "--quiet", "--pull-never", image_ref(name)).stdout.strip()
     try:
         ldd = buildah("run", "--isolation", "chroot", container, "--", "ldd", f"/usr/bin/{name}").stdout
         assert "libnbd.so.0 => /" in ldd and "not found" not in ldd, ldd
-        qemu = buildah("run", "--isolation", "chroot", container, "--", "qemu-img", "--version").stdout
-        assert qemu.startswith("qemu-img version 7."), qemu
+        qemu = run_with_output(container, "qemu-img", "--version")
+        assert qemu.stdout.startswith("qemu-img version 7."), (qemu.stdout, qemu.stderr)
     finally:
         buildah("rm", container, check=False)
 
