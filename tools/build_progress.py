@@ -21,8 +21,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from tools.guest_census import CLOCK_TICKS, stat_fields
+
 PROC = Path("/proc")
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def _argv(pid: str) -> list[str]:
@@ -51,11 +52,8 @@ def describe(argv: Sequence[str]) -> str | None:
 
 
 def _age_s(pid: str, uptime_s: float) -> float:
-    try:
-        start_ticks = int((PROC / pid / "stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return 0.0
-    return max(0.0, uptime_s - start_ticks / _CLOCK_TICKS)
+    fields = stat_fields(pid)
+    return max(0.0, uptime_s - int(fields[19]) / CLOCK_TICKS) if fields else 0.0
 
 
 def running_builds() -> list[tuple[str, float]]:

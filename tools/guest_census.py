@@ -10,7 +10,7 @@ followed to the image in the cache. A disk of neither kind (a blank disk, anothe
 
 from __future__ import annotations
 
-import json
+import os
 import re
 import struct
 import threading
@@ -26,7 +26,7 @@ LABELS = {b"UDSBOOT": "debian", b"UDSTINY": "tiny"}
 QCOW2_MAGIC = b"QFI\xfb"
 _FILE_OPTION = re.compile(r"(?:^|,)file=([^,]+)")
 _BLOCKDEV_FILENAME = re.compile(r'"filename":"([^"]+)"')
-_CLOCK_TICKS = 100  # USER_HZ on Linux
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def disk_kind(path: Path, depth: int = 0) -> str:
@@ -75,12 +75,13 @@ def _is_qemu(pid: int) -> bool:
     return comm.startswith("qemu-system") or comm == "qemu-kvm"
 
 
-def _cpu_seconds(pid: int) -> float | None:
+def stat_fields(pid: int | str) -> list[str] | None:
+    """/proc/PID/stat after the command name (field 3 on: state, ... utime at [11], stime [12], start [19]),
+    or None once the process is gone."""
     try:
-        fields = (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+        return (PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime
 
 
 @dataclass
@@ -98,12 +99,14 @@ class GuestCensus:
         for entry in PROC.iterdir():
             if not entry.name.isdigit() or not _is_qemu(pid := int(entry.name)):
                 continue
-            key = (pid, _start_time(pid))
+            fields = stat_fields(pid)
+            if fields is None:
+                continue
+            key = (pid, float(fields[19]))  # its start: a PID reused later is a different boot
             if key not in self.kinds:
                 disk = boot_disk(pid)
                 self.kinds[key] = disk_kind(disk) if disk is not None else "other"
-            if (cpu := _cpu_seconds(pid)) is not None:
-                self.cpu_s[key] = cpu
+            self.cpu_s[key] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
 
     def start(self) -> GuestCensus:
         def loop() -> None:
@@ -135,14 +138,3 @@ class GuestCensus:
             for kind, v in self.summary().items()
         ]
         return ", ".join(parts) if parts else "no guest booted"
-
-    def to_json(self) -> str:
-        return json.dumps(self.summary(), sort_keys=True)
-
-
-def _start_time(pid: int) -> float:
-    """The process's start (clock ticks since boot): a PID reused later is a different boot."""
-    try:
-        return float((PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return 0.0

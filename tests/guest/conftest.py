@@ -6,11 +6,11 @@ user data these guests boot with is exactly what the running operator wrote into
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.guest.guest_machine import built_image
 from tests.integration import conftest as integration_conftest
 
 _TESTS = Path(__file__).resolve().parents[1]
@@ -25,15 +25,10 @@ REPORTS_DIR = GUEST_DIR / "reports"
 @pytest.fixture(scope="session")
 def guest_image() -> Path:
     """The cached Debian guest image (``make guest-image`` builds it; this reuses it when warm)."""
-    done = subprocess.run(
-        [str(_REPO / "tools" / "guest" / "image.sh")],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.fail(f"tools/guest/image.sh failed:\n{done.stderr[-3000:]}", pytrace=False)
-    image = GUEST_DIR / "debian-12.qcow2"
-    assert image.is_file(), done.stderr
-    return image
+    return built_image("image.sh", "debian-12.qcow2", timeout_s=1800)
+
+
+@pytest.fixture(scope="session")
+def tiny_image() -> Path:
+    """The cached tiny test guest (``make tiny-guest-image``; tests/guest/test_tiny_guest.py)."""
+    return built_image("tiny-image.sh", "tiny.qcow2", timeout_s=1800)

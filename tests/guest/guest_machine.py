@@ -288,6 +288,30 @@ class Guest:
         return text[-limit:]
 
 
+REPO = Path(__file__).resolve().parents[2]
+IMAGES_DIR = REPO / ".envtest" / "guest"
+"""Where tools/guest/image.sh and tiny-image.sh link the cached images."""
+
+
+def built_image(script: str, file_name: str, timeout_s: float = 3600) -> Path:
+    """Run ``tools/guest/<script>`` (it builds the image or reuses the cache and links it into IMAGES_DIR)
+    and return the linked ``file_name``, resolved; a failed build fails the test with the script's words."""
+    import pytest  # noqa: PLC0415 (this module is also run by hand, without pytest)
+
+    done = subprocess.run(
+        [str(REPO / "tools" / "guest" / script)],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.fail(f"tools/guest/{script} failed:\n{done.stderr[-3000:]}", pytrace=False)
+    image = (IMAGES_DIR / file_name).resolve()
+    assert image.is_file(), done.stderr
+    return image
+
+
 def ssh_keypair(directory: Path, name: str) -> tuple[Path, str]:
     """A fresh ed25519 key pair made by ssh-keygen: (private key path, public key line)."""
     private = directory / name

@@ -10,7 +10,6 @@ they are the Debian image's (test_guest_hardening.py).
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,6 @@ from uds_vm_operator.api import UDSVirtualMachineSpec
 from uds_vm_operator.render.cloudinit import render_user_data
 from uds_vm_operator.render.common import Owner
 
-_REPO = Path(__file__).resolve().parents[2]
 KUBEVIRT_AGENT_COMMANDS = {
     "guest-ping",
     "guest-info",
@@ -49,21 +47,8 @@ class TinyBoot:
     login_s: float
 
 
-def tiny_image() -> Path:
-    done = subprocess.run(
-        [str(_REPO / "tools" / "guest" / "tiny-image.sh")],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.fail(f"tools/guest/tiny-image.sh failed:\n{done.stderr[-3000:]}", pytrace=False)
-    return Path(done.stdout.strip()) / "tiny.qcow2"
-
-
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TinyBoot]:
+def tiny(tmp_path_factory: pytest.TempPathFactory, tiny_image: Path) -> Iterator[TinyBoot]:
     """One boot of the tiny guest for the whole module, seeded with two declared users."""
     workdir = tmp_path_factory.mktemp("tiny")
     ops, ops_public = ssh_keypair(workdir, "ops")
@@ -85,7 +70,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TinyBoot]:
     )
     user_data = render_user_data(Owner("tiny", "guests", "0000"), spec)
     seed = build_seed(workdir / "seed", user_data, nocloud_meta_data("tiny-0", "tiny"))
-    guest = Guest(workdir, tiny_image(), seed, detect_accelerator(), vcpus="1")
+    guest = Guest(workdir, tiny_image, seed, detect_accelerator(), vcpus="1")
     guest.start()
     try:
         login_s = guest.wait_for_login("ops", ops)

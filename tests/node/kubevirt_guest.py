@@ -12,13 +12,13 @@ that pod's network namespace (nsenter), never through a port-forward that would 
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.guest.guest_machine import built_image
 from tools.node.guest_ssh import (
     BOOT_TIMEOUT_S,
     GUEST_USER,
@@ -52,9 +52,6 @@ __all__ = [
     "wait_for_login",
 ]
 
-ROOT = Path(__file__).resolve().parents[2]
-GUEST_DIR = ROOT / ".envtest" / "guest"
-
 
 @dataclass(frozen=True)
 class GuestKeys:
@@ -67,18 +64,7 @@ class GuestKeys:
 
 def build_guest_image() -> Path:
     """The raw Debian guest image, built (or reused from the cache) by tools/guest/image.sh."""
-    done = subprocess.run(
-        [str(ROOT / "tools" / "guest" / "image.sh")],
-        capture_output=True,
-        text=True,
-        timeout=3600,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.fail(f"tools/guest/image.sh failed:\n{done.stderr[-3000:]}", pytrace=False)
-    image = (GUEST_DIR / "debian-12.raw").resolve()
-    assert image.is_file(), done.stderr
-    return image
+    return built_image("image.sh", "debian-12.raw")
 
 
 GUEST_DISK = {"virtualSize": 2 * 1024**3, "storageClassName": "udsvm-local"}
@@ -92,16 +78,7 @@ TINY_GUEST_DISK = {"virtualSize": TINY_DISK_BYTES, "storageClassName": "udsvm-lo
 
 def build_tiny_guest_image() -> Path:
     """The raw tiny test guest, built (or reused from the cache) by tools/guest/tiny-image.sh."""
-    done = subprocess.run(
-        [str(ROOT / "tools" / "guest" / "tiny-image.sh")],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.fail(f"tools/guest/tiny-image.sh failed:\n{done.stderr[-3000:]}", pytrace=False)
-    image = (GUEST_DIR / "tiny.raw").resolve()
+    image = built_image("tiny-image.sh", "tiny.raw", timeout_s=1800)
     assert image.stat().st_size == TINY_DISK_BYTES, (
         f"{image}: not the {TINY_DISK_BYTES}-byte disk TINY_GUEST_DISK declares"
     )
